@@ -62,9 +62,9 @@ def main() -> None:
             exact = torch.equal(ours.indices.sort(1).values, ref.indices.sort(1).values)
         else:
             exact = torch.equal(ours.indices, ref.indices) and torch.equal(ours.values, ref.values)
-        t_ours = _time_us(lambda: sparsetopk.topk(scores, k, lengths=lengths, order=order), dev, reps)
+        t_ours = _time_us(lambda s=scores, n=lengths, k=k, o=order: sparsetopk.topk(s, k, lengths=n, order=o), dev, reps)
         masked = torch.where(cols.unsqueeze(0) < lengths.unsqueeze(1), scores, float("-inf"))
-        t_torch = _time_us(lambda: torch.topk(masked, k, dim=1), dev, reps)
+        t_torch = _time_us(lambda m=masked, k=k: torch.topk(m, k, dim=1), dev, reps)
         print(
             f"{label:22s} {rows:>5d}x{width:<6d} {k:>5d} {pick.name:>16s} {t_ours:10.1f} {t_torch:14.1f} "
             f"{t_torch / t_ours:7.2f}x  {'yes' if exact else 'NO'}"

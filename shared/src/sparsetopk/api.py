@@ -93,12 +93,13 @@ def topk(
         return_values=return_values,
     )
     idx_out, val_out = validate_out(out, call.rows, call.k, call.device, return_values)
-    chosen = registry.select(call, backend)
     if _compiling():
+        # Selection reads files and the environment: it runs inside the op,
+        # at run time, where it is a cached lookup (never a measurement).
         from . import ops
 
-        return ops.topk_via_op(chosen.name, call, idx_out, val_out)
-    return run_topk(chosen, call, idx_out, val_out)
+        return ops.topk_via_op(backend or "", call, idx_out, val_out)
+    return run_topk(registry.select(call, backend), call, idx_out, val_out)
 
 
 def merge(
@@ -119,9 +120,8 @@ def merge(
     """
     call = make_merge_call(indices, values, k, tie_break=tie_break, order=order)
     idx_out, val_out = validate_out(out, call.rows, call.k, call.device, True)
-    chosen = registry.select(call, backend)
     if _compiling():
         from . import ops
 
-        return ops.merge_via_op(chosen.name, call, idx_out, val_out)
-    return run_merge(chosen, call, idx_out, val_out)
+        return ops.merge_via_op(backend or "", call, idx_out, val_out)
+    return run_merge(registry.select(call, backend), call, idx_out, val_out)

@@ -1,8 +1,8 @@
 """``sparsetopk::topk`` / ``sparsetopk::merge`` as torch custom ops.
 
-The ops carry the backend chosen at trace time by name, so a compiled graph
-runs the same backend the eager call would (selection stays outside the
-graph, and nothing is measured while tracing or capturing). Each op has a
+The ops carry the backend name the caller gave ("" for the registry's
+choice); selection happens when the op runs, as a cached lookup that never
+measures anything, so compiled graphs and captured CUDA graphs are safe. Each op has a
 functional form, which allocates its outputs, and an ``_out`` form that
 writes into caller-given tensors. Fake implementations give static shapes.
 """

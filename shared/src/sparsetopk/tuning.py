@@ -93,7 +93,7 @@ class TuningTable:
 def load_table(path) -> Optional[TuningTable]:
     """Parse a tuning file; None if missing, unreadable or of another format."""
     try:
-        with open(path, "r", encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             d = json.load(f)
         if d.get("format") != FORMAT or d.get("format_version") != FORMAT_VERSION:
             return None
