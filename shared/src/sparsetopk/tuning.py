@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -48,6 +49,18 @@ def cache_dir() -> Path:
 
 def cache_path() -> Path:
     return cache_dir() / FILE_NAME
+
+
+def device_slug(device_name: str) -> str:
+    """File-name form of a device name: "NVIDIA H200" -> "nvidia-h200" (shipped tables are
+    ``sparsetopk/tuning/<slug>.json``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
+    return slug or "device"
+
+
+def shipped_dir() -> Path:
+    """Folder of the shipped tables in a source checkout / editable install."""
+    return Path(__file__).resolve().parent / "tuning"
 
 
 def _log2_bucket(x: int) -> int:
@@ -74,7 +87,10 @@ class TuningTable:
     def timings(self, key: str, versions: Dict[str, str]) -> Dict[str, float]:
         """Fresh timings (µs) for a bucket: backends whose version matches."""
         out = {}
-        for name, rec in self.entries.get(key, {}).items():
+        bucket = self.entries.get(key)
+        if not isinstance(bucket, dict):
+            return out
+        for name, rec in bucket.items():
             try:
                 us = float(rec["us"])
             except (KeyError, TypeError, ValueError):
