@@ -158,6 +158,20 @@ def _run_scenarios(rank: int, world: int, group, tag: str, kinds=("ties", "rando
                 if not _same(res.indices.numpy(), res.values.numpy(), exp_i[mine], exp_v[mine], "rank"):
                     failures.append(f"[{tag} rank {rank}] owner={owner!r} {layout}: got {res.indices.tolist()} "
                                     f"exp {exp_i[mine].tolist()}")
+        # async_op: two exchanges in flight at once, waited in reverse order
+        for layout in ("strided", "blocked"):
+            local = _shard(x, layout, rank, world)
+            lengths = _lengths_cases(rows, gwidth, w)[1]
+            e1 = oracle_topk(xn, 4, lengths.numpy(), 0, 2, "high", "index")
+            e2 = oracle_topk(xn, 3, None, 1, 0, "low", "rank")
+            p1 = sd.topk(local, 4, group=group, lengths=lengths, force_end=2, tie_break="high", order="index",
+                         return_values=True, layout=layout, async_op=True)
+            p2 = sd.topk(local, 3, group=group, force_begin=1, return_values=True, layout=layout, async_op=True)
+            r2, r1 = p2.wait(), p1.wait()
+            n_calls += 2
+            if not (_same(r1.indices.numpy(), r1.values.numpy(), *e1, "index") and p1.wait() is r1
+                    and _same(r2.indices.numpy(), r2.values.numpy(), *e2, "rank")):
+                failures.append(f"[{tag} rank {rank}] async {layout}: got {r1.indices.tolist()} / {r2.indices.tolist()}")
         # bf16 scores and return_values=False with a caller-given out=
         xb = x.to(torch.bfloat16)
         exp_i, _ = oracle_topk(xb.float().numpy(), 3, None, 0, 1, "low", "index")

@@ -159,6 +159,10 @@ def distributed_cases(dev, bk, g):
                             return_values=True, layout=layout, owner=owner, backend=bk)
                 ok = torch.equal(r.indices.cpu(), exp.indices) and torch.equal(r.values.cpu(), exp.values)
                 check(f"distributed {pg} world=1 {layout} owner={owner}", ok)
+            r = sd.topk(x.to(dev), k, lengths=lengths.to(dev), force_begin=3, force_end=40,
+                        return_values=True, layout=layout, backend=bk, async_op=True).wait()
+            ok = torch.equal(r.indices.cpu(), exp.indices) and torch.equal(r.values.cpu(), exp.values)
+            check(f"distributed {pg} world=1 {layout} async_op", ok)
     finally:
         dist.destroy_process_group()
 

@@ -53,7 +53,7 @@ from .api import merge as _merge
 from .api import topk as _topk
 from .protocol import INDEX_DTYPES, INT32_MAX, ORDERS, SCORE_DTYPES, TIE_BREAKS
 
-__all__ = ["topk", "clear_buffers"]
+__all__ = ["topk", "PendingTopK", "clear_buffers"]
 
 LAYOUTS = ("strided", "blocked")
 
@@ -171,10 +171,10 @@ def _owner_plan(owner, rows: int, rank: int, world: int, device: torch.device) -
 # ---------------------------------------------------------------------------
 
 
-def _all_gather(recv: torch.Tensor, send: torch.Tensor, group) -> None:
+def _all_gather(recv: torch.Tensor, send: torch.Tensor, group, async_op: bool):
     # 1-D views: every backend (gloo, NCCL) accepts the concatenated form.
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(recv.view(-1), send.view(-1), group=group)
+    return fn(recv.view(-1), send.view(-1), group=group, async_op=async_op)
 
 
 # ---------------------------------------------------------------------------
@@ -235,7 +235,8 @@ def topk(
     backend: Optional[str] = None,
     out=None,
     reuse_buffers: bool = True,
-) -> TopK:
+    async_op: bool = False,
+) -> Union[TopK, PendingTopK]:
     """Exact global top-k of rows whose columns are sharded over ``group``.
 
     ``local_scores``: ``[rows, W]`` (float32/bfloat16/float16, inner stride 1),
@@ -255,7 +256,10 @@ def topk(
 
     Returns ``TopK(indices int32 [rows or n_owned, k], values float32 or None)``
     with global column indices, bit-identical to ``sparsetopk.topk`` on the
-    unsharded rows (SPEC §2 composition law).
+    unsharded rows (SPEC §2 composition law). With ``async_op=True`` it
+    returns a :class:`PendingTopK` as soon as the collective is issued;
+    ``.wait()`` gives the ``TopK`` (overlap other work in between; async
+    calls use fresh buffers, never the cached ones).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("torch.distributed must be initialised (init_process_group) before sparsetopk.distributed.topk")
@@ -302,6 +306,10 @@ def topk(
                 raise ValueError(f"lengths must be on local_scores' device {device}, got {lengths.device}")
         else:
             lengths = min(max(_as_int("lengths", lengths), 0), global_width)
+    if not isinstance(async_op, bool):
+        raise TypeError(f"async_op must be a bool, got {type(async_op).__name__}")
+    if async_op:
+        reuse_buffers = False  # a second call could overwrite buffers still in flight
     plan = None if owner is None else _owner_plan(owner, rows, rank, world, device)
     fb = min(fb, global_width)
     fe = min(fe, global_width)
@@ -338,31 +346,58 @@ def topk(
 
     # -- 2. one collective
     if plan is None:
-        recv = _buffer("gather", (world, 2, rows, k), torch.int32, device, reuse_buffers)
-        _all_gather(recv, send, group)
         n_out = rows
+        recv = _buffer("gather", (world, 2, rows, k), torch.int32, device, reuse_buffers)
+        work = _all_gather(recv, send, group, async_op)
         c_idx = recv[:, 0].permute(1, 0, 2)
         c_val = recv[:, 1].view(torch.float32).permute(1, 0, 2)
     else:
+        n_out = plan.n_mine
         packed = send.permute(1, 0, 2)  # [rows, 2, k]
         packed = packed.index_select(0, plan.perm) if plan.perm is not None else packed.contiguous()
-        n_out = plan.n_mine
         recv = _buffer("a2a", (world * n_out, 2, k), torch.int32, device, reuse_buffers)
-        dist.all_to_all_single(recv, packed, [n_out] * world, plan.send_counts, group=group)
+        work = dist.all_to_all_single(recv, packed, [n_out] * world, plan.send_counts, group=group, async_op=async_op)
         recv = recv.view(world, n_out, 2, k)
         c_idx = recv[:, :, 0].permute(1, 0, 2)
         c_val = recv[:, :, 1].view(torch.float32).permute(1, 0, 2)
         if isinstance(forced, torch.Tensor):
             forced = forced.index_select(0, plan.mine)
+    f_list = None
     if forced is not None:
         # Every receiving rank knows the global lengths of its rows, so the
-        # forced columns need no exchange: one more candidate list.
-        f_idx, f_val = _forced_list(forced, n_out, k, fb, fe, global_width, tie_break, device)
-        c_idx = torch.cat([c_idx, f_idx.unsqueeze(1)], 1)
-        c_val = torch.cat([c_val, f_val.unsqueeze(1)], 1)
-
-    # -- 3. merge
+        # forced columns need no exchange: one more candidate list (built
+        # while the collective is in flight when async_op=True).
+        f_list = _forced_list(forced, n_out, k, fb, fe, global_width, tie_break, device)
     if isinstance(out, torch.Tensor):  # indices only: merge always writes values
         out = (out, torch.empty(out.shape, dtype=torch.float32, device=out.device))
-    res = _merge(c_idx, c_val, k, tie_break=tie_break, order=order, backend=backend, out=out)
-    return TopK(res.indices, res.values if return_values else None)
+
+    # -- 3. merge
+    def finish() -> TopK:
+        if work is not None:
+            work.wait()
+        ci, cv = c_idx, c_val
+        if f_list is not None:
+            ci = torch.cat([ci, f_list[0].unsqueeze(1)], 1)
+            cv = torch.cat([cv, f_list[1].unsqueeze(1)], 1)
+        res = _merge(ci, cv, k, tie_break=tie_break, order=order, backend=backend, out=out)
+        return TopK(res.indices, res.values if return_values else None)
+
+    if async_op:
+        return PendingTopK(finish)
+    return finish()
+
+
+class PendingTopK:
+    """What ``topk(..., async_op=True)`` returns: the exchange is in flight;
+    :meth:`wait` waits for it (``Work.wait``: on GPUs the current stream waits
+    for the collective, no host sync) and runs the merge, once."""
+
+    def __init__(self, finish):
+        self._finish = finish
+        self._result: Optional[TopK] = None
+
+    def wait(self) -> TopK:
+        if self._result is None:
+            self._result = self._finish()
+            self._finish = None
+        return self._result
