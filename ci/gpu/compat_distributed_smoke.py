@@ -4,7 +4,8 @@ Each compat adapter runs on CUDA (the registry's pick, or --backend) and is
 compared with the same adapter on CPU with the ``reference`` backend: exact
 equality for ordered outputs, equal sets for FlashInfer's ``sorted=False``.
 Then: the decode adapter captured in a CUDA graph and replayed on new data,
-and ``distributed.topk`` over NCCL with one rank (both layouts, owner
+every adapter under ``torch.cuda.set_sync_debug_mode("error")`` (no host
+sync), and ``distributed.topk`` over NCCL with one rank (both layouts, owner
 routing) against the CPU reference on the unsharded rows.
 
     python ci/gpu/compat_distributed_smoke.py [--backend NAME] [--quick]
@@ -137,6 +138,42 @@ def graph_case(dev, bk, g):
         check(f"decode graph replay #{trial}", torch.equal(idx.cpu(), ref))
 
 
+def nosync_case(dev, bk, g):
+    """Every adapter, after a warm-up, under torch.cuda.set_sync_debug_mode("error"):
+    any host synchronisation (e.g. .item(), a device-to-host copy) raises."""
+    if dev != "cuda":
+        results["skip"] += 1
+        return
+    rows, width, k = 8, 9000, 256
+    x = gen("random", (rows, width), g).to(dev)
+    seq = torch.tensor([10, 9000, 300, 5000], dtype=torch.int32, device=dev)
+    starts = torch.tensor([0, 5, 100, 8000, 0, 1, 2, 3], dtype=torch.int32, device=dev)
+    ends = starts + 700
+    idx = torch.empty((rows, k), dtype=torch.int32, device=dev)
+    ms = gen("random", (4, 2, 300), g).to(dev)
+    nv = torch.tensor([0, 30, 300, 299], dtype=torch.int32, device=dev)
+    bt = torch.arange(4 * 2 * 300, dtype=torch.int32, device=dev).view(4, 2, 300)
+    calls = {
+        "decode": lambda: compat.top_k_per_row_decode(x, 2, seq, idx, rows, width, 1, k, backend=bk),
+        "prefill": lambda: compat.top_k_per_row_prefill(x, starts, ends, idx, rows, width, 1, k, backend=bk),
+        "msa": lambda: compat.sparse_topk_select(ms, 16, nv, None, 1, 2, "THK", bt, backend=bk),
+        "msa-hkt": lambda: compat.sparse_topk_select(ms.permute(1, 2, 0), 16, 7, None, 1, 2, "HKT", backend=bk),
+        "flashinfer": lambda: compat.top_k(x, k, sorted=True, backend=bk),
+    }
+    for name, fn in calls.items():
+        fn()  # warm-up: selection, lazy setup
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fn()
+            ok, why = True, ""
+        except RuntimeError as exc:
+            ok, why = False, str(exc).splitlines()[0]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        check(f"no host sync: {name}", ok, why)
+
+
 def distributed_cases(dev, bk, g):
     import torch.distributed as dist
 
@@ -198,6 +235,7 @@ def main(argv=None) -> int:
                                 for d_ in (2000, 129000) for k in (1, 50, 1024)
                                 for dt in (torch.float32, torch.bfloat16, torch.float16)]),
         ("graph", lambda: graph_case(dev, bk, g)),
+        ("nosync", lambda: nosync_case(dev, bk, g)),
         ("distributed", lambda: distributed_cases(dev, bk, g)),
     ]
     for name, fn in steps:
