@@ -127,7 +127,7 @@ def test_vllm_decode(next_n, kind):
     assert np.array_equal(indices[:rows].numpy(), exp), (indices[:rows], exp)
     assert (indices[rows:] == -777).all()
     if next_n > 1:
-        assert (indices[0] == -1).all()  # seq_len 1 leaves row 0 with length 2 - next_n - ... <= 0
+        assert (indices[0] == -1).all()  # seq_len 1: row 0 has length 2 - next_n <= 0
 
 
 def test_vllm_decode_2d_seq_lens_and_orders():
