@@ -300,3 +300,97 @@ def test_timing_helpers_on_cpu():
     assert r["us"] >= 0 and r["timer"] == "wall" and calls == [0, 0, 1, 2, 0]
     bw = timing.copy_bandwidth(torch.device("cpu"), nbytes=1 << 20, repeats=2)
     assert bw["bytes"] == 2 << 20 and bw["bytes_per_s"] > 0
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda for the CUDA timer's Python logic to run on a CPU machine."""
+
+    def __init__(self, fail_capture=False):
+        self.clock = 0.0
+        self.capturing = None
+        self.fail_capture = fail_capture
+        outer = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self, stream=None):
+                self.t = outer.clock
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        class Graph:
+            def __init__(self):
+                self.calls = []
+
+            def replay(self):
+                for f in self.calls:
+                    f()
+
+        class graph:
+            def __init__(self, g):
+                self.g = g
+
+            def __enter__(self):
+                outer.capturing = self.g
+
+            def __exit__(self, *exc):
+                outer.capturing = None
+                if outer.fail_capture:
+                    raise RuntimeError("operation not permitted when stream is capturing")
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+        self.Event, self.CUDAGraph, self.graph, self.Stream = Event, Graph, graph, Stream
+
+    def call(self, us):
+        def run():
+            self.clock += us / 1e3  # ms
+
+        if self.capturing is not None:
+            self.capturing.calls.append(run)
+        else:
+            run()
+
+    def install(self, monkeypatch):
+        import contextlib
+
+        monkeypatch.setattr(torch.cuda, "Event", self.Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", self.CUDAGraph)
+        monkeypatch.setattr(torch.cuda, "graph", self.graph)
+        monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: self.Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: self.Stream())
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+
+def test_cuda_timer_logic_with_a_fake_device(monkeypatch):
+    from sparsetopk.bench import timing
+
+    fake = _FakeCuda()
+    fake.install(monkeypatch)
+    seen = []
+
+    def fn(i):
+        seen.append(i)
+        fake.call(5.0 + (i % 4))  # 5..8 us per call, by view
+
+    r = timing.time_cuda(fn, n_views=4, calls=16, target_s=0.001)
+    assert r["timer"] == "cuda-graph" and r["calls_per_graph"] == 16
+    assert r["us_graph"] == pytest.approx(6.5) and r["us_eager"] == pytest.approx(6.5) and r["us"] == r["us_graph"]
+    assert set(seen) == set(range(16))  # call i uses view i % n_views (the caller maps it)
+    # a slow call shrinks the graph, not the truth
+    r = timing.time_cuda(lambda i: fake.call(50_000.0), n_views=64, calls=64, target_s=0.001)
+    assert r["calls_per_graph"] == 4 and r["us"] == pytest.approx(50_000.0)
+    # not capturable: recorded, eager time used
+    bad = _FakeCuda(fail_capture=True)
+    bad.install(monkeypatch)
+    r = timing.time_cuda(lambda i: bad.call(3.0), n_views=2, calls=16, target_s=0.001)
+    assert "graph_error" in r and r["timer"] == "cuda-eager" and r["us"] == pytest.approx(3.0)

@@ -5,7 +5,10 @@ Format (JSON, ``format_version`` 1)::
     {"format": "sparsetopk-tuning", "format_version": 1,
      "device": "NVIDIA H200", "created": "2026-11-29T12:00:00Z",
      "command": "sparsetopk tune ...", "versions": {"torch": "...", ...},
-     "entries": {"<bucket key>": {"<backend>": {"us": 3.1, "version": "0.1.0"}}}}
+     "entries": {"<bucket key>": {"<backend>": {"us": 3.1, "version": "0.1.0", "cells": 2}}}}
+
+(``cells``, the number of benchmark cells a time summarises, and any other
+extra keys are informative; readers need only ``us`` and ``version``.)
 
 A bucket key is ``op|dtype|k<kb>|r<rb>|w<wb>``, each of k, rows and width
 rounded up to a power of two (its log2), so nearby shapes share a
@@ -16,7 +19,11 @@ carry another format version, are ignored: never a crash.
 Locations, first hit wins per backend: the user cache
 (``$SPARSETOPK_CACHE_DIR`` or ``$XDG_CACHE_HOME/sparsetopk`` or
 ``~/.cache/sparsetopk``)/``tuning-v1.json``, then the tables shipped in
-``sparsetopk/tuning/*.json`` (measured by the project; each names its device).
+``sparsetopk/tuning/*.json`` (measured by the project; each names its device
+and is named for it: ``<device_slug(device)>.json``).
+
+``sparsetopk tune`` (:mod:`sparsetopk.bench`) writes these files; the registry
+reads them through :func:`tables_for_device`. See docs/benchmarks.md.
 """
 
 from __future__ import annotations

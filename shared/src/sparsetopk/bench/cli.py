@@ -184,6 +184,8 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="run nothing: render --markdown / --plots from an existing results JSON")
     p.add_argument("--no-baselines", action="store_true", help="do not time torch.topk / FlashInfer / vLLM")
     p.add_argument("--no-eager", action="store_true", help="CUDA: graph timing only")
+    p.add_argument("--note", action="append", default=[], metavar="TEXT",
+                   help="a line for the method notes of the JSON / Markdown (e.g. how the run was produced)")
     p.add_argument("--check", action="store_true",
                    help="also compare every backend's answer (first view) with the reference backend's")
     return p
@@ -218,6 +220,22 @@ def _outputs(doc: dict, args) -> int:
     return 0
 
 
+def _without_notes(argv: List[str]) -> List[str]:
+    """The command line minus --note TEXT (the notes are printed on their own)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--note":
+            skip = True
+            continue
+        if a.startswith("--note="):
+            continue
+        out.append(a)
+    return out
+
+
 def bench_main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = bench_parser().parse_args(argv)
@@ -242,7 +260,7 @@ def bench_main(argv: Optional[List[str]] = None) -> int:
         "format": report.FORMAT,
         "format_version": report.FORMAT_VERSION,
         "created": report.now_iso(),
-        "command": report.command_line("sparsetopk bench", argv),
+        "command": report.command_line("sparsetopk bench", _without_notes(argv)),
         "argv": argv,
         "grid": "quick" if args.quick else "full",
         "device": report.device_info(device),
@@ -252,6 +270,7 @@ def bench_main(argv: Optional[List[str]] = None) -> int:
         "cells": [],
         "summary": {},
     }
+    doc["method"]["notes"].extend(args.note)
     print(f"sparsetopk bench: {len(cells)} cells on {doc['device']['name']} ({device}); timer "
           f"{doc['method']['timer']}; copy bandwidth {bw['bytes_per_s'] / 1e9:.0f} GB/s"
           + (f"; budget {args.budget:.0f} s" if args.budget else ""), flush=True)

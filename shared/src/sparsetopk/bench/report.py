@@ -56,11 +56,15 @@ def device_info(device: torch.device) -> dict:
     return d
 
 
+L2_UNKNOWN = 128 << 20  # assumed when torch does not report the L2 size (larger than any GPU's today)
+
+
 def l2_bytes(device: torch.device) -> int:
+    """The device's L2 size in bytes (torch.cuda.get_device_properties), 0 on the CPU."""
     if device.type != "cuda":
         return 0
     p = torch.cuda.get_device_properties(device)
-    return int(getattr(p, "L2_cache_size", 0) or getattr(p, "l2_cache_size", 0) or 0)
+    return int(getattr(p, "L2_cache_size", 0) or getattr(p, "l2_cache_size", 0) or 0) or L2_UNKNOWN
 
 
 def versions() -> dict:
