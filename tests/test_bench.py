@@ -394,3 +394,55 @@ def test_cuda_timer_logic_with_a_fake_device(monkeypatch):
     bad.install(monkeypatch)
     r = timing.time_cuda(lambda i: bad.call(3.0), n_views=2, calls=16, target_s=0.001)
     assert "graph_error" in r and r["timer"] == "cuda-eager" and r["us"] == pytest.approx(3.0)
+
+
+class _Broken:
+    """A registered backend that serves CPU topk and always raises: must be recorded, never fatal."""
+
+    name = "broken"
+    version = "0.0.1"
+    priority = 100  # the registry picks it when no table says otherwise
+    interpreted = False
+
+    def __init__(self):
+        from sparsetopk.protocol import Capabilities
+
+        self.capabilities = Capabilities(vendor="any", archs=("any",), device_types=("cpu",), ops=("topk",))
+
+    def probe(self):
+        from sparsetopk.protocol import Availability
+
+        return Availability(True)
+
+    def supports(self, call):
+        from sparsetopk.protocol import capability_mismatch
+
+        return capability_mismatch(self.capabilities, call)
+
+    def topk(self, call, indices, values):
+        raise RuntimeError("kernel exploded")
+
+
+def test_a_failing_backend_is_recorded_and_left_out_of_the_table(tmp_path, monkeypatch):
+    registry.backends()
+    registry.register(_Broken())
+    monkeypatch.setattr(runner, "plan_views", lambda *a, **k: 3)  # exercise rotation through several views
+    js = tmp_path / "b.json"
+    assert bench_main(["--quick", *CPU, "--scenario", "anchor,icp", "--json", str(js), "--quiet"]) == 0
+    doc = json.loads(js.read_text())
+    topk_cells = [c for c in doc["cells"] if c["op"] == "topk"]
+    assert topk_cells and all(c["n_views"] == 3 for c in doc["cells"])
+    for c in topk_cells:
+        assert "kernel exploded" in c["results"]["broken"]["error"]
+        assert c["results"]["reference"]["us"] > 0 and c["pick"] == "broken" and c.get("pick_failed")
+        assert c["regret"] is None
+    assert doc["summary"]["pick_failed_cells"] == len(topk_cells)
+    merge = next(c for c in doc["cells"] if c["op"] == "merge")
+    assert "broken" not in merge["results"] and merge["regret"] == pytest.approx(1.0)
+    # the table from these timings never lists the failing backend
+    out = tmp_path / "t.json"
+    assert tune_main(["--from-json", str(js), "--output", str(out)]) == 0
+    t = tuning.load_table(out)
+    assert all("broken" not in rec for rec in t.entries.values())
+    assert all("reference" in rec for rec in t.entries.values())
+    registry.unregister("broken")
