@@ -22,6 +22,9 @@ from .data import build_inputs, estimate_alloc, floor_bytes, plan_views
 from .scenarios import Cell, geometry
 from .timing import time_cpu, time_cuda
 
+REGRET_GEOMEAN_MAX = 1.05  # issue 6 targets on the H200
+REGRET_WORST_MAX = 1.25
+
 
 @dataclasses.dataclass
 class RunConfig:
@@ -229,6 +232,50 @@ def derive(rec: dict) -> None:
     else:
         rec["best"] = None
         rec["regret"] = None
+    tgt = _target(rec)
+    if tgt is not None:
+        rec["target"] = tgt
+
+
+def _target(rec: dict) -> Optional[dict]:
+    """The issue-3 target of a cell, against its best backend's time."""
+    limit_us, floor_x = rec.get("target_us"), rec.get("target_floor_x")
+    if limit_us is None and floor_x is None:
+        return None
+    t: dict = {"best": rec.get("best"), "best_us": rec.get("best_us")}
+    floor = rec.get("floor_us")
+    if limit_us is None and floor:
+        limit_us = floor_x * floor
+        t["what"] = f"<= {floor_x:g}x the bytes-read floor ({limit_us:.1f} us)"
+    elif limit_us is not None:
+        t["what"] = f"<= {limit_us:g} us"
+    else:
+        return None
+    t["limit_us"] = limit_us
+    t["met"] = None if rec.get("best_us") is None else bool(rec["best_us"] <= limit_us)  # None: not measured
+    if floor and rec.get("best_us"):
+        t["x_floor"] = rec["best_us"] / floor
+    return t
+
+
+def bf16_vs_fp32(cells: List[dict]) -> List[dict]:
+    """Issue 3: bf16 input at least as fast as fp32 in bytes per second (best backend, N(0,1))."""
+    by_shape: Dict[tuple, Dict[str, dict]] = {}
+    for c in cells:
+        if c.get("op") != "topk" or c.get("dist") != "normal" or not c.get("best_us"):
+            continue
+        key = (c["scenario"], c["label"], c["k"], c["order"])
+        by_shape.setdefault(key, {})[c["dtype"]] = c
+    out = []
+    for (scen, label, k, order), d in by_shape.items():
+        if "float32" in d and "bfloat16" in d:
+            f, b = d["float32"], d["bfloat16"]
+            # valid bytes per second: fp32 reads 4 bytes per column, bf16 2
+            f_bps = f["floor_bytes"] / (f["best_us"] * 1e-6)
+            b_bps = b["floor_bytes"] / (b["best_us"] * 1e-6)
+            out.append({"cell": f"{scen}:{label} k={k} {order}", "fp32_GBps": f_bps / 1e9, "bf16_GBps": b_bps / 1e9,
+                        "fp32_best": f["best"], "bf16_best": b["best"], "met": b_bps >= f_bps})
+    return out
 
 
 def summarize(cells: List[dict]) -> dict:
@@ -247,9 +294,22 @@ def summarize(cells: List[dict]) -> dict:
         worst = max(regrets)
         s["regret_worst"] = worst[0]
         s["regret_worst_cell"] = worst[1]
+        s["regret_target_met"] = s["regret_geomean"] <= REGRET_GEOMEAN_MAX and worst[0] <= REGRET_WORST_MAX
     else:
         s["regret_geomean"] = None
         s["regret_worst"] = None
+    targets = []
+    for c in cells:
+        t = c.get("target") or _target(c)
+        if t is not None:
+            targets.append(dict(t, cell=c["name"]))
+    if targets:
+        s["targets"] = targets
+        s["targets_met"] = sum(1 for t in targets if t["met"])
+        s["targets_measured"] = sum(1 for t in targets if t["met"] is not None)
+    bf = bf16_vs_fp32(cells)
+    if bf:
+        s["bf16_vs_fp32"] = bf
     return s
 
 

@@ -65,6 +65,9 @@ class Cell:
     shards: int = 0  # merge: R lists
     k_in: int = 0  # merge: length of each list
     priority: int = 5  # lower runs first (under a time budget)
+    # issue-3 performance targets (fp32 N(0,1) cells only): time, or a multiple of the bytes floor
+    target_us: Optional[float] = None
+    target_floor_x: Optional[float] = None
 
     @property
     def name(self) -> str:
@@ -176,8 +179,23 @@ def _both(cells: List[Cell], dtypes=DTYPES, dists=DISTS) -> List[Cell]:
         for dt in dtypes:
             for ds in dists:
                 bump = (dt != "float32") + (ds != "normal")
-                out.append(dataclasses.replace(c, dtype=dt, dist=ds, priority=c.priority + bump))
+                kw = {} if (dt, ds) == ("float32", "normal") else {"target_us": None, "target_floor_x": None}
+                out.append(dataclasses.replace(c, dtype=dt, dist=ds, priority=c.priority + bump, **kw))
     return out
+
+
+# issue 3, on the H200: fp32 N(0,1), CUDA-graph replay, median
+TARGETS_US = {
+    ("64x1344", 16, "rank"): 3.0,
+    ("512x1344", 16, "rank"): 5.0,
+    ("4096x4096", 16, "rank"): 22.0,
+    ("16384x8192", 16, "rank"): 165.0,
+    ("4x40K/1M", 2048, "any"): 10.0,
+    ("4x150K/1M", 2048, "any"): 12.0,
+    ("16x1M/1M", 2048, "any"): 30.0,
+    ("64x1M/1M", 2048, "any"): 90.0,
+}
+PREFILL_FLOOR_X = 1.6  # prefill within 1.6x of the bytes-read floor
 
 
 def _topk(scenario, label, rows, width, k, order="rank", lengths=("full",), priority=5, **kw) -> Cell:
@@ -202,10 +220,14 @@ def full_grid() -> List[Cell]:
     # anchors (issue 3)
     anchors = []
     for rows, width in ((64, 1344), (512, 1344), (4096, 4096), (16384, 8192)):
-        anchors.append(_topk("anchor", f"{rows}x{width}", rows, width, 16, "rank", priority=0))
+        label = f"{rows}x{width}"
+        anchors.append(_topk("anchor", label, rows, width, 16, "rank", priority=0,
+                             target_us=TARGETS_US.get((label, 16, "rank"))))
     for rows, n in ((4, 40 * K1), (4, 150 * K1), (16, M1), (64, M1)):
         for order, pr in (("any", 0), ("rank", 2), ("index", 2)):
-            anchors.append(_topk("anchor", f"{rows}x{_kfmt(n)}/1M", rows, M1, 2048, order, ("fixed", n), priority=pr))
+            label = f"{rows}x{_kfmt(n)}/1M"
+            anchors.append(_topk("anchor", label, rows, M1, 2048, order, ("fixed", n), priority=pr,
+                                 target_us=TARGETS_US.get((label, 2048, order))))
     # anchors: fp32 N(0,1) first, bf16 next; the band distribution last
     cells += _both(anchors)
     # decode small-k grid
@@ -224,9 +246,10 @@ def full_grid() -> List[Cell]:
     cells += _both(dsa)
     # ragged prefill
     pre = [
-        _topk("prefill", "4096q/128K causal", 4096, 128 * K1, 2048, "any", ("causal", 128 * K1), priority=2),
+        _topk("prefill", "4096q/128K causal", 4096, 128 * K1, 2048, "any", ("causal", 128 * K1), priority=2,
+              target_floor_x=PREFILL_FLOOR_X),
         _topk("prefill", "4096q/packed 64K+32K+16K+16K", 4096, 128 * K1, 2048, "any",
-              ("packed", (64 * K1, 32 * K1, 16 * K1, 16 * K1)), priority=3),
+              ("packed", (64 * K1, 32 * K1, 16 * K1, 16 * K1)), priority=3, target_floor_x=PREFILL_FLOOR_X),
     ]
     cells += _both(pre)
     # ICP shards

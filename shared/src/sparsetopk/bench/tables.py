@@ -25,6 +25,10 @@ def _x(x) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _met(m) -> str:
+    return "not measured" if m is None else ("yes" if m else "**no**")
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{x:.0f}%"
 
@@ -102,6 +106,16 @@ def summary_lines(doc: dict) -> List[str]:
         lines.append(f"WARNING: the registry's pick FAILED in {s['pick_failed_cells']} cells (see the per-cell lines)")
     if s.get("pick_untimed_cells"):
         lines.append(f"the pick was not timed (filtered or skipped) in {s['pick_untimed_cells']} cells")
+    if s.get("targets"):
+        lines.append(f"issue-3 targets met: {s.get('targets_met')} of {s.get('targets_measured')} measured "
+                     f"({len(s['targets'])} targets)")
+        for t in s["targets"]:
+            if t["met"] is None:
+                lines.append(f"  --  {t['cell']}: {t['what']}; not measured")
+                continue
+            xf = "" if t.get("x_floor") is None else f", {t['x_floor']:.2f}x floor"
+            lines.append(f"  {'ok ' if t['met'] else 'NO '} {t['cell']}: {t['what']}; best {t.get('best')} "
+                         f"{_us(t.get('best_us'))} us{xf}")
     for note in m.get("notes", []):
         lines.append(f"note: {note}")
     return lines
@@ -177,10 +191,32 @@ def render_markdown(doc: dict, plots: Optional[Dict[str, str]] = None, md_path=N
         )
     else:
         out.append("Registry regret: no cell had the pick timed.")
+    if s.get("regret_target_met") is not None:
+        out.append(f"Target (geometric mean <= 1.05, worst <= 1.25): **{'met' if s['regret_target_met'] else 'NOT met'}**.")
     out.append("")
     out.append(f"Cells: {s.get('cells')}, timed: {s.get('timed_cells')}, skipped: {s.get('skipped_cells')}, "
                f"backend failures: {s.get('backend_errors')}, cells where the registry's pick failed: "
                f"{s.get('pick_failed_cells', 0)}.")
+    if s.get("targets"):
+        out.append("")
+        out.append(f"### Performance targets (issue 3): {s.get('targets_met')} of {s.get('targets_measured')} "
+                   f"measured met ({len(s['targets'])} targets)")
+        out.append("")
+        out.append("| cell | target | best backend | us | x floor | met |")
+        out.append("|---|---|---|---|---|---|")
+        for t in s["targets"]:
+            xf = "-" if t.get("x_floor") is None else f"{t['x_floor']:.2f}"
+            out.append(f"| {_md_escape(t['cell'])} | {_md_escape(t['what'])} | {t.get('best') or '-'} | "
+                       f"{_us(t.get('best_us'))} | {xf} | {_met(t['met'])} |")
+    if s.get("bf16_vs_fp32"):
+        out.append("")
+        out.append("### bf16 vs fp32, bytes per second of valid scores (best backend, N(0,1))")
+        out.append("")
+        out.append("| cell | fp32 GB/s | bf16 GB/s | bf16 >= fp32 |")
+        out.append("|---|---|---|---|")
+        for b in s["bf16_vs_fp32"]:
+            out.append(f"| {_md_escape(b['cell'])} | {b['fp32_GBps']:.0f} ({b['fp32_best']}) | "
+                       f"{b['bf16_GBps']:.0f} ({b['bf16_best']}) | {_met(b['met'])} |")
     if plots.get("bandwidth"):
         out.append("")
         out.append(f"![% of copy bandwidth vs width]({rel(plots['bandwidth'])})")
