@@ -25,15 +25,15 @@
 #   python -m sparsetopk bench --render docs/benchmarks/<device>.json \
 #       --plots docs/benchmarks --markdown BENCHMARKS.md
 #
-# Environment knobs: OUT, PY (python), TUNE_BUDGET_S (default 90), BENCH_BUDGET_S (default 210),
+# Environment knobs: OUT, PY (python), TUNE_BUDGET_S (default 75), BENCH_BUDGET_S (default 180),
 # TUNE_ARGS / BENCH_ARGS (extra arguments, e.g. "--scenario anchor,decode"), BENCH_CHECK=0 to
 # skip comparing each backend's answer with the reference backend's.
 set -u
 
 PY=${PY:-python}
 OUT=${OUT:-./.gpu/bench-out}
-TUNE_BUDGET_S=${TUNE_BUDGET_S:-90}
-BENCH_BUDGET_S=${BENCH_BUDGET_S:-210}
+TUNE_BUDGET_S=${TUNE_BUDGET_S:-75}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-180}
 TUNE_ARGS=${TUNE_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
 BENCH_CHECK=${BENCH_CHECK:-1}

@@ -242,13 +242,13 @@ def bench_main(argv: Optional[List[str]] = None) -> int:
     if args.render:
         doc = report.load_json(args.render)
         if not (args.markdown or args.plots):
-            from .tables import summary_lines
+            from .tables import final_table, summary_lines
 
-            print("\n".join(summary_lines(doc)))
+            print("\n".join(final_table(doc) + summary_lines(doc)))
             return 0
         return _outputs(doc, args)
     from .runner import run, summarize
-    from .tables import summary_lines
+    from .tables import final_table, summary_lines
 
     device = _device(args)
     cells = _cells(args)
@@ -292,6 +292,7 @@ def bench_main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         report.write_json(doc, args.json)
         print(f"wrote {args.json}")
+    print("\n".join(final_table(doc)))
     print("\n".join(summary_lines(doc)))
     return _outputs(doc, args)
 

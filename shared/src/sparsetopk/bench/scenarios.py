@@ -178,7 +178,7 @@ def _both(cells: List[Cell], dtypes=DTYPES, dists=DISTS) -> List[Cell]:
     for c in cells:
         for dt in dtypes:
             for ds in dists:
-                bump = (dt != "float32") + (ds != "normal")
+                bump = (dt != "float32") + 2 * (ds != "normal")  # breadth first under a budget
                 kw = {} if (dt, ds) == ("float32", "normal") else {"target_us": None, "target_floor_x": None}
                 out.append(dataclasses.replace(c, dtype=dt, dist=ds, priority=c.priority + bump, **kw))
     return out
@@ -224,32 +224,32 @@ def full_grid() -> List[Cell]:
         anchors.append(_topk("anchor", label, rows, width, 16, "rank", priority=0,
                              target_us=TARGETS_US.get((label, 16, "rank"))))
     for rows, n in ((4, 40 * K1), (4, 150 * K1), (16, M1), (64, M1)):
-        for order, pr in (("any", 0), ("rank", 2), ("index", 2)):
+        for order, pr in (("any", 0), ("rank", 1), ("index", 1)):
             label = f"{rows}x{_kfmt(n)}/1M"
             anchors.append(_topk("anchor", label, rows, M1, 2048, order, ("fixed", n), priority=pr,
                                  target_us=TARGETS_US.get((label, 2048, order))))
-    # anchors: fp32 N(0,1) first, bf16 next; the band distribution last
+    # fp32 N(0,1) anchors first; then the other orders, bf16 and the serving grids; band last
     cells += _both(anchors)
     # decode small-k grid
     dec = []
     for rows in (64, 512, 4096, 16384):
         for width in (672, 1344, 4096, 8192):
             dec.append(_topk("decode", f"{rows}x{width}", rows, width, 16, "rank",
-                             ("uniform", width // 2, width), priority=3))
+                             ("uniform", width // 2, width), priority=1))
     cells += _both(dec)
     # DSA decode
     dsa = []
     for nreq, mtp in ((1, 0), (1, 1), (4, 1), (16, 1), (32, 1)):
         rows = nreq * (1 + mtp)
         dsa.append(_topk("dsa-decode", f"{nreq}req+mtp{mtp}", rows, M1, 2048, "any",
-                         ("dsa", mtp, 40 * K1, M1), priority=2))
+                         ("dsa", mtp, 40 * K1, M1), priority=1))
     cells += _both(dsa)
     # ragged prefill
     pre = [
-        _topk("prefill", "4096q/128K causal", 4096, 128 * K1, 2048, "any", ("causal", 128 * K1), priority=2,
+        _topk("prefill", "4096q/128K causal", 4096, 128 * K1, 2048, "any", ("causal", 128 * K1), priority=1,
               target_floor_x=PREFILL_FLOOR_X),
         _topk("prefill", "4096q/packed 64K+32K+16K+16K", 4096, 128 * K1, 2048, "any",
-              ("packed", (64 * K1, 32 * K1, 16 * K1, 16 * K1)), priority=3, target_floor_x=PREFILL_FLOOR_X),
+              ("packed", (64 * K1, 32 * K1, 16 * K1, 16 * K1)), priority=2, target_floor_x=PREFILL_FLOOR_X),
     ]
     cells += _both(pre)
     # ICP shards
@@ -257,12 +257,12 @@ def full_grid() -> List[Cell]:
     for R in (2, 4, 8):
         glen = 512 * K1
         icp.append(_topk("icp", f"16x{_kfmt(glen)}/{R}", 16, glen // R, 2048, "any",
-                         ("uniform", glen // 2, glen), index_scale=R, index_offset=R - 1, priority=4))
-        icp.append(_merge("icp", f"16x{R}x2048", 16, R, 2048, 2048, "any", priority=4))
+                         ("uniform", glen // 2, glen), index_scale=R, index_offset=R - 1, priority=2))
+        icp.append(_merge("icp", f"16x{R}x2048", 16, R, 2048, 2048, "any", priority=2))
         gw = 8192
         icp.append(_topk("icp", f"1024x{gw}/{R}", 1024, gw // R, 16, "rank",
-                         ("uniform", gw // 2, gw), index_scale=R, index_offset=R - 1, priority=4))
-        icp.append(_merge("icp", f"1024x{R}x16", 1024, R, 16, 16, "rank", priority=4))
+                         ("uniform", gw // 2, gw), index_scale=R, index_offset=R - 1, priority=2))
+        icp.append(_merge("icp", f"1024x{R}x16", 1024, R, 16, 16, "rank", priority=2))
     cells += _both([c for c in icp if c.op == "topk"])
     cells += [c for c in icp if c.op == "merge"]  # merge values are float32 only
     return cells

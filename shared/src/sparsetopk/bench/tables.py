@@ -85,6 +85,29 @@ def cell_lines(i: int, n: int, rec: dict, elapsed: float) -> List[str]:
     return lines
 
 
+def final_table(doc: dict) -> List[str]:
+    """One row per cell: the best backend, torch.topk, the pick and its regret."""
+    rows = [("cell", "best", "us", "torch us", "x torch", "% bw", "pick", "regret")]
+    for c in doc.get("cells", []):
+        if c.get("error"):
+            rows.append((c["name"], "-", "-", "-", "-", "-", "-", "skipped" if "skipped" in c["error"] else "error"))
+            continue
+        res = c.get("results", {})
+        best = res.get(c.get("best") or "", {})
+        rows.append((
+            c["name"], c.get("best") or "-", _us(best.get("us")), _us(res.get("torch.topk", {}).get("us")),
+            _x(best.get("speedup_vs_torch")), _pct(best.get("pct_bw")), str(c.get("pick") or "-"),
+            "-" if c.get("regret") is None else f"{c['regret']:.3f}" + (" FAILED" if c.get("pick_failed") else ""),
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = [""]
+    for j, r in enumerate(rows):
+        out.append("  ".join(v.ljust(widths[i]) if i in (0, 1, 6) else v.rjust(widths[i]) for i, v in enumerate(r)))
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
 def summary_lines(doc: dict) -> List[str]:
     s = doc.get("summary", {})
     m = doc.get("method", {})
