@@ -8,9 +8,3 @@ portability build (SPARSETOPK_AMD_PORTABILITY=cuda) and on a CPU emulator
 
 __version__ = "0.1.0"
 
-
-def backend():
-    """Entry point of the ``sparsetopk.backends`` group."""
-    from .backend import make_backend
-
-    return make_backend()

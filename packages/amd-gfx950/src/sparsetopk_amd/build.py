@@ -270,6 +270,8 @@ def build_emulator(wave: int, cxx: Optional[str] = None) -> Path:
     tmp = out.with_suffix(f".tmp{os.getpid()}")
     cmd = [
         cxx, "-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC",
+        "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+        *(["-fno-gnu-unique"] if "g++" in os.path.basename(cxx) else []),
         "-DSTK_PORT_EMU", f"-DSTK_WAVE={wave}", f"-I{inc}", str(SOURCE), "-o", str(tmp),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)

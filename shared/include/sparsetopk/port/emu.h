@@ -10,7 +10,9 @@
 // statics (one workgroup runs at a time, so one instance suffices).
 //
 // It exists to test kernel logic (both wave widths: -DSTK_WAVE=32 or 64)
-// where no GPU is present; it is not fast.
+// where no GPU is present; it is not fast. Build it with -fvisibility=hidden
+// (and -fno-gnu-unique on GCC) so that a wave32 and a wave64 build can live in
+// one process without sharing the scheduler's statics.
 #pragma once
 
 #include <stdint.h>
@@ -196,7 +198,7 @@ inline uint32_t atomic_add_u32_local(uint32_t* p, uint32_t v) {
 
 // The C entry point of an emulator build (one per shared library).
 #define STK_EMU_DEFINE_LAUNCHER()                                                        \
-  extern "C" int stk_emu_launch(const char* name, uint32_t grid, uint32_t block,         \
+  extern "C" __attribute__((visibility("default"))) int stk_emu_launch(const char* name, uint32_t grid, uint32_t block,         \
                                 const void* params, char* err, int err_len) {            \
     for (const auto& k : ::stk::emu::kernels())                                          \
       if (strcmp(k.name, name) == 0) {                                                   \
@@ -207,4 +209,4 @@ inline uint32_t atomic_add_u32_local(uint32_t* p, uint32_t v) {
     if (err && err_len > 0) snprintf(err, err_len, "no kernel named %s", name);          \
     return 2;                                                                            \
   }                                                                                      \
-  extern "C" int stk_emu_wave_size() { return STK_WAVE; }
+  extern "C" __attribute__((visibility("default"))) int stk_emu_wave_size() { return STK_WAVE; }
