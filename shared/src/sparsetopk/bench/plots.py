@@ -57,12 +57,12 @@ def write_plots(doc: dict, folder, title_suffix: str = "") -> Dict[str, str]:
             continue
         n, m = len(cells), len(names)
         bar = 0.8 / m
-        fig, ax = plt.subplots(figsize=(9, max(2.5, 0.28 * n * max(1, m * 0.6) + 1.2)))
+        fig, ax = plt.subplots(figsize=(9, min(40.0, max(2.5, 0.22 * n * max(1.0, m * 0.5) + 1.2))))
         for j, name in enumerate(names):
             ys, xs = [], []
             for i, c in enumerate(cells):
                 r = c["results"].get(name, {})
-                sp = r.get("speedup_vs_torch")
+                sp = None if r.get("error") else r.get("speedup_vs_torch")
                 if sp:
                     ys.append(i + (j - (m - 1) / 2) * bar)
                     xs.append(sp)
@@ -88,7 +88,7 @@ def write_plots(doc: dict, folder, title_suffix: str = "") -> Dict[str, str]:
             continue
         w = c.get("geometry", {}).get("valid_cols_mean") or c.get("width")
         for name, r in c["results"].items():
-            if r.get("pct_bw") is not None:
+            if r.get("pct_bw") is not None and not r.get("error"):
                 pts.setdefault(name, []).append((w, r["pct_bw"], c["dtype"]))
     if pts:
         fig, ax = plt.subplots(figsize=(8, 4.5))

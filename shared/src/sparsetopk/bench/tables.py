@@ -260,6 +260,10 @@ def render_markdown(doc: dict, plots: Optional[Dict[str, str]] = None, md_path=N
                 names.append(n)
                 allres.setdefault(n, r)
         names = _order_names(names, allres)
+        if any(r.get("us_eager") is not None for c in cells for r in c.get("results", {}).values()):
+            out.append("Times are CUDA-graph µs per call; `eN` is the eager time (launched from Python) "
+                       "of the same call; `(Nx)` the speedup over torch.topk; bold: the best backend.")
+            out.append("")
         head = ["cell", "op", "k", "order", "dtype", "dist", "floor us"] + [f"{n} us" for n in names] + [
             "best % bw", "pick", "regret"]
         out.append("| " + " | ".join(head) + " |")
@@ -280,17 +284,21 @@ def render_markdown(doc: dict, plots: Optional[Dict[str, str]] = None, md_path=N
                     row.append("FAILED")
                 else:
                     cell_txt = _us(r.get("us"))
-                    if r.get("kind") == "backend" and r.get("speedup_vs_torch"):
-                        cell_txt += f" ({r['speedup_vs_torch']:.2f}x)"
                     if n == c.get("best"):
                         cell_txt = f"**{cell_txt}**"
+                    if r.get("kind") == "backend" and r.get("speedup_vs_torch"):
+                        cell_txt += f" ({r['speedup_vs_torch']:.2f}x)"
+                    if r.get("us_graph") is not None and r.get("us_eager") is not None:
+                        cell_txt += f" e{_us(r['us_eager'])}"
+                    elif r.get("graph_error"):
+                        cell_txt += " (eager: no graph)"
                     if r.get("check") and r["check"] != "ok":
                         cell_txt += f" {r['check']}"
                     row.append(cell_txt)
             best = res.get(c.get("best") or "", {})
             row.append(_pct(best.get("pct_bw")))
             row.append(str(c.get("pick") or "-"))
-            row.append("-" if c.get("regret") is None else f"{c['regret']:.2f}")
+            row.append("pick FAILED" if c.get("pick_failed") else ("-" if c.get("regret") is None else f"{c['regret']:.2f}"))
             out.append("| " + " | ".join(row) + " |")
     # errors and skips, so nothing fails silently
     problems = []
