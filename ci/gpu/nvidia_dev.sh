@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# nvidia-sm100 on the H200 (through the device tool), one command:
+#   build (sm_90a only, fast), exactness vs the reference backend, graph/stream,
+#   the conformance suite for this backend, compute-sanitizer on a subset, timings.
+# Env: NV_QUICK=1 (smaller sweep), NV_SAN=1 (memcheck+racecheck), NV_CONF=0 (skip suite),
+#      NV_BENCH=0 (skip timings). Logs under $OUT (default ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+T0=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
+export SPARSETOPK_CUDA_TARGETS=${SPARSETOPK_CUDA_TARGETS:-90a} SPARSETOPK_CUDA_PTX=${SPARSETOPK_CUDA_PTX:-0}
+export SPARSETOPK_NVCC_THREADS=${SPARSETOPK_NVCC_THREADS:-4}
+python -c "import sparsetopk" 2>/dev/null || pip install -q --no-build-isolation --no-deps -e shared > "$OUT/pip_shared.log" 2>&1
+if ! pip install -v --no-build-isolation --no-deps ./packages/nvidia-sm100 > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 2
+fi
+echo "build done in $(( $(date +%s) - T0 ))s"
+rc=0
+Q=""; [ "${NV_QUICK:-0}" = 1 ] && Q="--quick"
+python ci/gpu/nvidia_dev.py $Q --no-bench --out "$OUT" 2>&1 | tee "$OUT/correctness.log" | grep -v "^BENCH" | tail -60
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+echo "correctness done at $(( $(date +%s) - T0 ))s"
+if [ "${NV_CONF:-1}" = 1 ] && [ -d tests/conformance ]; then
+  timeout "${NV_CONF_TIMEOUT:-120}" python -m pytest tests/conformance --backend nvidia-sm100 -q -x -p no:cacheprovider \
+    > "$OUT/conformance.log" 2>&1; echo "conformance rc=$?"; tail -15 "$OUT/conformance.log"
+fi
+if [ "${NV_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python ci/gpu/nvidia_sanitize.py \
+      > "$OUT/sanitize_$tool.log" 2>&1; echo "sanitizer $tool rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
+  done
+fi
+if [ "${NV_BENCH:-1}" = 1 ]; then
+  python ci/gpu/nvidia_dev.py --bench-only --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -E "BENCH|Error|error" | tail -30
+fi
+echo "total $(( $(date +%s) - T0 ))s rc=$rc"
+exit $rc

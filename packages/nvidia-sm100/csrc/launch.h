@@ -1,0 +1,65 @@
+// Host interface between the pybind11 module and the CUDA kernels. Plain
+// integers and pointers only: no torch C++ ABI.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+namespace stk_nv {
+
+struct TopkParams {
+  const void* scores;
+  int64_t row_stride;  // elements
+  int64_t width;
+  int64_t rows;
+  const void* lengths;
+  int64_t len_stride;
+  int64_t len_scalar;
+  const void* starts;
+  int64_t starts_stride;
+  int64_t scale, offset, force_begin, force_end;
+  int32_t* out_idx;
+  float* out_val;  // may be null
+  int64_t out_idx_stride, out_val_stride;
+  int len_mode;     // 0 none, 1 int32 tensor, 2 int64 tensor, 3 Python int
+  int starts_mode;  // 0 none, 1 int32, 2 int64
+  int k, tie, order;
+  // filled by plan_topk
+  int res_cap, cand_cap, out_cap;
+};
+
+struct SplitWs {
+  uint64_t* cand;   // [rows][chunks][seg]
+  uint32_t* hist;   // [rows][2048]
+  void* state;      // [rows] SplitRowState
+  int* counts;      // [rows][chunks]
+  int chunks;
+  int seg;
+};
+
+struct Plan {
+  bool split = false;
+  int block = 256;
+  int smem = 0;
+  SplitWs ws{};
+};
+
+struct MergeParams {
+  const int32_t* in_idx;
+  const float* in_val;
+  int64_t in_idx_stride, in_val_stride;  // per row (lists are contiguous within a row)
+  int32_t* out_idx;
+  float* out_val;
+  int64_t out_idx_stride, out_val_stride;
+  int64_t rows;
+  int R, k_in, k, tie, order;
+  int n_pad, out_cap;
+};
+
+Plan plan_topk(TopkParams& p, int dev);
+size_t split_workspace_bytes(const TopkParams& p, const Plan& plan);
+void bind_workspace(const TopkParams& p, Plan& plan, void* ws);
+void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream);
+void launch_merge(MergeParams p, int dev, uintptr_t stream);
+int merge_max_candidates();
+
+}  // namespace stk_nv

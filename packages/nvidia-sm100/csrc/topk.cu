@@ -1,0 +1,525 @@
+// nvidia-sm100 kernels: exact top-k (one block per row, or a row split over
+// several blocks for long rows) and merge. See notes/nvidia-sm100.md.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "launch.h"
+#include "topk_kernels.cuh"
+
+namespace stk_nv {
+
+// ----------------------------------------------------------------------------
+// Row geometry from the call's lengths / starts.
+__device__ __forceinline__ int64_t load_index(const void* p, int mode, int64_t stride, int64_t r) {
+  return mode == 1 ? int64_t(static_cast<const int32_t*>(p)[r * stride])
+                   : static_cast<const int64_t*>(p)[r * stride];
+}
+
+__device__ __forceinline__ stk::RowGeometry row_geom(const TopkParams& p, int64_t r) {
+  const int64_t st = p.starts_mode == 0 ? 0 : load_index(p.starts, p.starts_mode, p.starts_stride, r);
+  int64_t len;
+  if (p.len_mode == 0)
+    len = INT64_MAX / 4;  // clamped to W_r * scale
+  else if (p.len_mode == 3)
+    len = p.len_scalar;
+  else
+    len = load_index(p.lengths, p.len_mode, p.len_stride, r);
+  return stk::row_geometry(p.width, st, len, p.scale, p.offset);
+}
+
+__device__ __forceinline__ RowCtx make_ctx(const TopkParams& p, const stk::RowGeometry& g) {
+  RowCtx c;
+  c.n = g.n_cols;
+  c.length = g.length;
+  c.scale = p.scale;
+  c.offset = p.offset;
+  c.force_begin = p.force_begin;
+  c.force_end = p.force_end;
+  c.tie = p.tie;
+  return c;
+}
+
+__device__ __forceinline__ OutRow make_out(const TopkParams& p, int64_t r) {
+  OutRow o;
+  o.idx = p.out_idx + r * p.out_idx_stride;
+  o.val = p.out_val ? p.out_val + r * p.out_val_stride : nullptr;
+  o.k = p.k;
+  o.tie = p.tie;
+  return o;
+}
+
+struct SmemLayout {
+  uint32_t* hist;
+  uint64_t* cand;
+  uint64_t* outbuf;
+  uint32_t* res;
+  int* rankbuf;
+};
+
+__device__ __forceinline__ SmemLayout carve(unsigned char* sm, const TopkParams& p) {
+  SmemLayout L;
+  size_t off = 0;
+  L.hist = reinterpret_cast<uint32_t*>(sm + off);
+  off += kMaxBins * 4;
+  L.rankbuf = reinterpret_cast<int*>(sm + off);
+  off += 1024 * 4;
+  L.cand = reinterpret_cast<uint64_t*>(sm + off);
+  off += size_t(p.cand_cap) * 8;
+  L.outbuf = reinterpret_cast<uint64_t*>(sm + off);
+  off += size_t(p.out_cap) * 8;
+  L.res = reinterpret_cast<uint32_t*>(sm + off);
+  return L;
+}
+
+// Selects from a source (global row or resident row) with the candidate
+// gather, and writes the row's output.
+template <class Src>
+__device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p, const OutRow& out,
+                                  SmemLayout& L, BlockScratch& s, SelState st) {
+  const int k = p.k;
+  uint64_t T = 0;
+  int ncand = 0;
+  const int r = select_passes(src, k, st, L.hist, s, L.cand, p.cand_cap, &ncand, &T);
+  if (r == kDone) {
+    finish(src, T, k, p.order, out, L.outbuf, s);
+    return;
+  }
+  CandSrc cs{L.cand, ncand};
+  if (ncand <= int(blockDim.x)) {
+    finish_small(L.cand, ncand, k, p.order, out, L.rankbuf);
+    return;
+  }
+  select_passes(cs, k, st, L.hist, s, nullptr, 0, nullptr, &T);
+  finish(cs, T, k, p.order, out, L.outbuf, s);
+}
+
+// One block per row.
+template <typename T>
+__global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  const OutRow out = make_out(p, r);
+  SmemLayout L = carve(smem, p);
+  using raw = typename Scalar<T>::raw;
+  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  GlobalSrc<T> gsrc;
+  gsrc.init(base, 0, c.n, c);
+  const int64_t n = c.n;
+  if (n <= p.k) {
+    finish(gsrc, 1ull, int(n), p.order, out, L.outbuf, s);
+    return;
+  }
+  SelState st{0ull, 0, p.k};
+  if (n <= p.res_cap) {
+    const int64_t step = int64_t(blockDim.x) * kItems;
+#pragma unroll 2
+    for (int64_t gs = gsrc.first() + int64_t(threadIdx.x) * kItems; gs < gsrc.end(); gs += step) {
+      uint64_t key[kItems];
+      const uint32_t m = gsrc.load(gs, key);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+        if ((m >> i) & 1u) L.res[gs + i] = uint32_t(key[i] >> 32);
+    }
+    __syncthreads();
+    ResSrc rs{L.res, n, c};
+    select_and_finish(rs, n, p, out, L, s, st);
+  } else {
+    select_and_finish(gsrc, n, p, out, L, s, st);
+  }
+}
+
+// ----------------------------------------------------------------------------
+// Split path for long rows: a row is cut into `chunks` pieces (per-row chunk
+// size from its own valid length). Pass 1 histograms the top digit over all
+// pieces (integer atomics into a per-row global histogram), a per-row kernel
+// finds the threshold bin, the pieces gather their keys >= that bin into
+// per-piece segments in index order, and a per-row kernel finishes the select
+// on the gathered candidates (or, if any segment overflowed, on the full row).
+struct SplitRowState {
+  unsigned long long prefix;
+  int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback
+  int kk;
+  int depth;
+  int pad;
+};
+
+__device__ __forceinline__ void chunk_range(int64_t n, int chunks, int c, int64_t* lo, int64_t* hi) {
+  int64_t cs = (n + chunks - 1) / chunks;
+  cs = (cs + kItems - 1) / kItems * kItems;
+  *lo = min(n, int64_t(c) * cs);
+  *hi = min(n, *lo + cs);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024) split_hist_kernel(TopkParams p, SplitWs ws) {
+  __shared__ uint32_t hist[kMaxBins];
+  const int64_t r = blockIdx.y;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  if (c.n <= p.k) return;
+  int64_t lo, hi;
+  chunk_range(c.n, ws.chunks, blockIdx.x, &lo, &hi);
+  if (lo >= hi) return;
+  using raw = typename Scalar<T>::raw;
+  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  GlobalSrc<T> src;
+  src.init(base, lo, hi, c);
+  hist_pass(src, hist, 0ull, 0, 11);
+  uint32_t* gh = ws.hist + r * kMaxBins;
+  for (int i = threadIdx.x; i < kMaxBins; i += blockDim.x)
+    if (hist[i]) atomicAdd(gh + i, hist[i]);
+}
+
+__global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs ws) {
+  __shared__ uint32_t hist[kMaxBins];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  SplitRowState* rs = reinterpret_cast<SplitRowState*>(ws.state) + r;
+  if (g.n_cols <= p.k) {
+    if (threadIdx.x == 0) rs->mode = 0;
+    return;
+  }
+  const uint32_t* gh = ws.hist + r * kMaxBins;
+  for (int i = threadIdx.x; i < kMaxBins; i += blockDim.x) hist[i] = gh[i];
+  __syncthreads();
+  find_bin(hist, 11, p.k, s);
+  if (threadIdx.x == 0) {
+    const int kk = p.k - s.above;
+    const int E = s.count;
+    rs->prefix = uint64_t(s.bin) << 53;
+    rs->kk = kk;
+    rs->depth = 11;
+    const int C = (p.k - kk) + E;
+    rs->mode = (E == kk) ? 1 : (C <= p.cand_cap ? 2 : 3);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024) split_gather_kernel(TopkParams p, SplitWs ws) {
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.y;
+  const SplitRowState* rs = reinterpret_cast<const SplitRowState*>(ws.state) + r;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  if (c.n <= p.k) return;
+  if (rs->mode != 2) return;  // uniform per block
+  int64_t lo, hi;
+  chunk_range(c.n, ws.chunks, blockIdx.x, &lo, &hi);
+  int* cnt = ws.counts + r * ws.chunks + blockIdx.x;
+  if (lo >= hi) {
+    if (threadIdx.x == 0) *cnt = 0;
+    return;
+  }
+  using raw = typename Scalar<T>::raw;
+  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  GlobalSrc<T> src;
+  src.init(base, lo, hi, c);
+  uint64_t* seg = ws.cand + (r * ws.chunks + blockIdx.x) * int64_t(ws.seg);
+  const int cap = ws.seg;
+  const int total = compact_pass(src, rs->prefix, s, [&](int pos, uint64_t key) {
+    if (pos < cap) seg[pos] = key;
+  });
+  if (threadIdx.x == 0) *cnt = total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs ws) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  const OutRow out = make_out(p, r);
+  SmemLayout L = carve(smem, p);
+  using raw = typename Scalar<T>::raw;
+  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  GlobalSrc<T> gsrc;
+  gsrc.init(base, 0, c.n, c);
+  const SplitRowState* rsp = reinterpret_cast<const SplitRowState*>(ws.state) + r;
+  if (c.n <= p.k) {
+    finish(gsrc, 1ull, int(c.n), p.order, out, L.outbuf, s);
+    return;
+  }
+  const int mode = rsp->mode;
+  SelState st{rsp->prefix, rsp->depth, rsp->kk};
+  if (mode == 1) {
+    finish(gsrc, st.prefix, p.k, p.order, out, L.outbuf, s);
+    return;
+  }
+  bool ok = mode == 2;
+  const int* cnt = ws.counts + r * ws.chunks;
+  if (ok) {
+    if (threadIdx.x == 0) {
+      int tot = 0;
+      bool fit = true;
+      for (int i = 0; i < ws.chunks; ++i) {
+        fit = fit && cnt[i] <= ws.seg;
+        tot += cnt[i];
+      }
+      s.flag = fit && tot <= p.cand_cap;
+      s.count = tot;
+    }
+    __syncthreads();
+    ok = s.flag != 0;
+  }
+  if (!ok) {
+    // exact fallback: the whole row, streamed, from scratch
+    select_and_finish(gsrc, c.n, p, out, L, s, SelState{0ull, 0, p.k});
+    return;
+  }
+  const int ncand = s.count;
+  __syncthreads();
+  // copy segments in chunk order (index order): one warp per chunk
+  {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int ch = w; ch < ws.chunks; ch += nw) {
+      int off = 0;
+      for (int i = 0; i < ch; ++i) off += cnt[i];
+      const uint64_t* seg = ws.cand + (r * ws.chunks + ch) * int64_t(ws.seg);
+      for (int i = lane; i < cnt[ch]; i += 32) L.cand[off + i] = seg[i];
+    }
+  }
+  __syncthreads();
+  CandSrc cs{L.cand, ncand};
+  if (ncand <= int(blockDim.x)) {
+    finish_small(L.cand, ncand, p.k, p.order, out, L.rankbuf);
+    return;
+  }
+  uint64_t Tk = 0;
+  select_passes(cs, p.k, st, L.hist, s, nullptr, 0, nullptr, &Tk);
+  finish(cs, Tk, p.k, p.order, out, L.outbuf, s);
+}
+
+// ----------------------------------------------------------------------------
+// Merge: R candidate lists per row. Sort (index, value) pairs, keep the
+// highest value of each index, then select the top k keys.
+__global__ void __launch_bounds__(1024) merge_kernel(MergeParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  uint32_t* hist = reinterpret_cast<uint32_t*>(smem);
+  uint64_t* outbuf = reinterpret_cast<uint64_t*>(smem + kMaxBins * 4);
+  uint64_t* a = outbuf + p.out_cap;
+  const int N = p.R * p.k_in;
+  const int P = p.n_pad;
+  const int32_t* in_i = p.in_idx + r * p.in_idx_stride;
+  const float* in_v = p.in_val + r * p.in_val_stride;
+  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    uint64_t x = ~0ull;
+    if (i < N) {
+      const int32_t idx = in_i[i];
+      if (idx >= 0) {
+        const uint32_t ord = stk::ordered_u32(stk::canonical_bits(__float_as_uint(in_v[i])));
+        x = (uint64_t(uint32_t(idx)) << 32) | ord;
+      }
+    }
+    a[i] = x;
+  }
+  __syncthreads();
+  bitonic_sort(a, P, false);
+  // keep the last entry of each index (its highest value); rewrite as keys
+  int local = 0;
+  uint64_t nk[16];
+  // process in thread-strided chunks; P <= 16 * blockDim is guaranteed by the host
+  {
+    int t = 0;
+    for (int i = threadIdx.x; i < P; i += blockDim.x, ++t) {
+      const uint64_t x = a[i];
+      uint64_t key = stk::kInvalidKey;
+      if (x != ~0ull) {
+        const uint32_t idx = uint32_t(x >> 32);
+        const bool last = (i + 1 == P) || uint32_t(a[i + 1] >> 32) != idx;
+        if (last) {
+          key = stk::make_key(uint32_t(x), idx, p.tie);
+          ++local;
+        }
+      }
+      nk[t] = key;
+    }
+  }
+  __syncthreads();
+  {
+    int t = 0;
+    for (int i = threadIdx.x; i < P; i += blockDim.x, ++t) a[i] = nk[t];
+  }
+  int nvalid;
+  block_excl_scan(local, s, &nvalid);
+  OutRow out;
+  out.idx = p.out_idx + r * p.out_idx_stride;
+  out.val = p.out_val + r * p.out_val_stride;
+  out.k = p.k;
+  out.tie = p.tie;
+  CandSrc cs{a, P};
+  if (nvalid <= p.k) {
+    finish(cs, 1ull, nvalid, p.order, out, outbuf, s);
+    return;
+  }
+  SelState st{0ull, 0, p.k};
+  uint64_t T = 0;
+  select_passes(cs, p.k, st, hist, s, nullptr, 0, nullptr, &T);
+  finish(cs, T, p.k, p.order, out, outbuf, s);
+}
+
+// ----------------------------------------------------------------------------
+// Host side.
+
+struct DevInfo {
+  int sms = 0;
+  int smem_optin = 0;
+  bool init = false;
+};
+
+static DevInfo g_dev[64];
+static std::mutex g_mu;
+
+static void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("sparsetopk_nvidia_sm100: ") + what + ": " +
+                                                 cudaGetErrorString(e));
+}
+
+template <typename K>
+static void allow_smem(K kernel, int bytes) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        "cudaFuncSetAttribute");
+}
+
+static const DevInfo& dev_info(int dev) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  DevInfo& d = g_dev[dev & 63];
+  if (!d.init) {
+    check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
+    check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+          "device attribute");
+    // raise every kernel's dynamic shared memory limit once, before any
+    // graph capture can be in progress on a later call
+    const int lim = d.smem_optin - 4096;
+    allow_smem(topk_rows_kernel<float>, lim);
+    allow_smem(topk_rows_kernel<bf16_tag>, lim);
+    allow_smem(topk_rows_kernel<f16_tag>, lim);
+    allow_smem(split_final_kernel<float>, lim);
+    allow_smem(split_final_kernel<bf16_tag>, lim);
+    allow_smem(split_final_kernel<f16_tag>, lim);
+    allow_smem(merge_kernel, lim);
+    d.init = true;
+  }
+  return d;
+}
+
+static int pow2_at_least(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+static size_t fixed_smem(const TopkParams& p) {
+  return size_t(kMaxBins) * 4 + 1024 * 4 + size_t(p.cand_cap) * 8 + size_t(p.out_cap) * 8;
+}
+
+template <typename T>
+static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
+  if (plan.split) {
+    SplitWs ws = plan.ws;
+    check(cudaMemsetAsync(ws.hist, 0, size_t(p.rows) * kMaxBins * 4, stream), "memset");
+    dim3 g2(ws.chunks, unsigned(p.rows));
+    split_hist_kernel<T><<<g2, 512, 0, stream>>>(p, ws);
+    split_find_kernel<<<unsigned(p.rows), 512, 0, stream>>>(p, ws);
+    split_gather_kernel<T><<<g2, 512, 0, stream>>>(p, ws);
+    split_final_kernel<T><<<unsigned(p.rows), 1024, plan.smem, stream>>>(p, ws);
+  } else {
+    topk_rows_kernel<T><<<unsigned(p.rows), plan.block, plan.smem, stream>>>(p);
+  }
+  check(cudaGetLastError(), "kernel launch");
+}
+
+Plan plan_topk(TopkParams& p, int dev) {
+  const DevInfo& d = dev_info(dev);
+  Plan plan;
+  const int k = p.k;
+  p.out_cap = pow2_at_least(std::max(k, 1));
+  const int64_t W = p.width;
+  // split long rows over several blocks when there are too few rows to fill the GPU
+  const int64_t max_n = W;
+  const bool split = p.rows <= 2 * d.sms && max_n >= 32768 && p.rows * ((max_n + 32767) / 32768) >= 8;
+  const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
+  if (split) {
+    p.cand_cap = 16384;
+    p.res_cap = 0;
+    plan.split = true;
+    int chunks = int((4 * d.sms + p.rows - 1) / p.rows);
+    chunks = std::max(1, std::min<int>(chunks, 64));
+    chunks = int(std::min<int64_t>(chunks, (max_n + 4095) / 4096));
+    plan.ws.chunks = chunks;
+    plan.ws.seg = 1024;
+    while (int64_t(plan.ws.seg) * chunks < 2 * p.cand_cap && plan.ws.seg < p.cand_cap) plan.ws.seg *= 2;
+    plan.smem = int(fixed_smem(p));
+    plan.block = 1024;
+  } else {
+    p.cand_cap = int(std::min<int64_t>(16384, std::max<int64_t>(1024, 4 * int64_t(k))));
+    const int64_t fixed = int64_t(fixed_smem(p));
+    int64_t res = std::min<int64_t>(W, (budget - fixed) / 4);
+    res = std::max<int64_t>(0, res / 8 * 8);
+    // keep occupancy for short rows; a row of 64K+ columns streams
+    p.res_cap = res;
+    plan.smem = int(fixed + res * 4);
+    plan.block = W <= 4096 ? 256 : (W <= 32768 ? 512 : 1024);
+  }
+  return plan;
+}
+
+size_t split_workspace_bytes(const TopkParams& p, const Plan& plan) {
+  const size_t rows = size_t(p.rows);
+  return rows * kMaxBins * 4 + rows * sizeof(SplitRowState) + rows * plan.ws.chunks * 4 +
+         rows * plan.ws.chunks * size_t(plan.ws.seg) * 8 + 256;
+}
+
+void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
+  unsigned char* b = static_cast<unsigned char*>(ws);
+  const size_t rows = size_t(p.rows);
+  size_t off = 0;
+  plan.ws.cand = reinterpret_cast<uint64_t*>(b + off);
+  off += rows * plan.ws.chunks * size_t(plan.ws.seg) * 8;
+  plan.ws.hist = reinterpret_cast<uint32_t*>(b + off);
+  off += rows * kMaxBins * 4;
+  plan.ws.state = b + off;
+  off += rows * sizeof(SplitRowState);
+  plan.ws.counts = reinterpret_cast<int*>(b + off);
+}
+
+void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream) {
+  check(cudaSetDevice(dev), "cudaSetDevice");
+  if (p.rows == 0) return;
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case 0: launch_topk_t<float>(p, plan, s); break;
+    case 1: launch_topk_t<bf16_tag>(p, plan, s); break;
+    case 2: launch_topk_t<f16_tag>(p, plan, s); break;
+    default: throw std::invalid_argument("bad dtype code");
+  }
+}
+
+int merge_max_candidates() { return 16384; }
+
+void launch_merge(MergeParams p, int dev, uintptr_t stream) {
+  check(cudaSetDevice(dev), "cudaSetDevice");
+  dev_info(dev);
+  if (p.rows == 0) return;
+  const int N = p.R * p.k_in;
+  p.n_pad = pow2_at_least(std::max(N, 2));
+  p.out_cap = pow2_at_least(std::max(p.k, 1));
+  const int block = 1024;
+  if (p.n_pad > 16 * block) throw std::invalid_argument("merge: too many candidates per row");
+  const size_t smem = size_t(kMaxBins) * 4 + size_t(p.out_cap) * 8 + size_t(p.n_pad) * 8;
+  merge_kernel<<<unsigned(p.rows), block, smem, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  check(cudaGetLastError(), "merge launch");
+}
+
+}  // namespace stk_nv

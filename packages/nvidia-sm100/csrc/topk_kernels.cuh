@@ -1,0 +1,440 @@
+// Block-level building blocks of the nvidia-sm100 kernels: sources of 64-bit
+// canonical keys (a global row, a shared-memory resident row, a shared-memory
+// candidate list), histogram passes of an MSB radix select on the key, ordered
+// (deterministic) compaction, bitonic sort. Every kernel of this package is
+// assembled from these, so the selection logic exists once.
+//
+// The key is sparsetopk::make_key(ordered canonical score, global index, tie):
+// distinct for distinct columns, larger = better. A radix select on it finds
+// the exact k-th key Tk; the answer is {key >= Tk}, which is unique. Ties are
+// therefore resolved by the low word (the tie-ordered global index) inside
+// the same radix select, never by arrival order. Integer atomics are only
+// used for histogram counts, whose sums do not depend on their order.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "sparsetopk/canonical.h"
+
+namespace stk_nv {
+
+namespace stk = sparsetopk;
+
+constexpr int kItems = 8;        // contiguous elements per thread per tile
+constexpr int kMaxBins = 2048;   // 11-bit digits
+constexpr int kMaxWarps = 32;
+
+// Digit widths of the 64-bit key, most significant first: 11,11,10 | 11,11,10.
+__device__ __forceinline__ int digit_bits(int depth) {
+  return (depth == 22 || depth == 54) ? 10 : 11;
+}
+
+// ----------------------------------------------------------------------------
+// score loading: raw element -> float32 bits (exact widening)
+template <typename T> struct Scalar;
+template <> struct Scalar<float> {
+  using raw = uint32_t;
+  static __device__ __forceinline__ uint32_t f32(uint32_t r) { return r; }
+};
+struct bf16_tag {};
+struct f16_tag {};
+template <> struct Scalar<bf16_tag> {
+  using raw = uint16_t;
+  static __device__ __forceinline__ uint32_t f32(uint16_t r) { return uint32_t(r) << 16; }
+};
+template <> struct Scalar<f16_tag> {
+  using raw = uint16_t;
+  static __device__ __forceinline__ uint32_t f32(uint16_t r) {
+    return __float_as_uint(__half2float(__ushort_as_half(r)));
+  }
+};
+
+// Per-row context shared by the sources.
+struct RowCtx {
+  int64_t n;        // valid buffer columns 0..n-1
+  int64_t length;   // L_r
+  int64_t scale, offset, force_begin, force_end;
+  int tie;
+  __device__ __forceinline__ uint64_t key_of_bits(uint32_t f32bits, int64_t j) const {
+    const int64_t g = j * scale + offset;
+    const bool forced = g < force_begin || g >= length - force_end;
+    const uint32_t c = forced ? stk::kPosInfBits : stk::canonical_bits(f32bits);
+    return stk::make_key(stk::ordered_u32(c), uint32_t(g), tie);
+  }
+  __device__ __forceinline__ uint64_t key_of_ord(uint32_t ord, int64_t j) const {
+    return stk::make_key(ord, uint32_t(j * scale + offset), tie);
+  }
+};
+
+// ----------------------------------------------------------------------------
+// Sources. Each exposes first()/end() (tile range in element positions, the
+// first possibly negative for alignment) and load(gs, keys, mask) for the 8
+// positions gs..gs+7 (bit i of mask set iff position gs+i is a valid element).
+
+template <typename T>
+struct GlobalSrc {
+  using raw = typename Scalar<T>::raw;
+  const raw* base;  // element 0 of the row (after start)
+  int64_t j0, j1;   // positions [j0, j1) of this source (a row or a chunk)
+  int64_t first_;
+  bool vec;
+  RowCtx c;
+  __device__ void init(const raw* b, int64_t lo, int64_t hi, const RowCtx& ctx) {
+    base = b;
+    j0 = lo;
+    j1 = hi;
+    c = ctx;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(b) & 15u;
+    vec = (a % sizeof(raw)) == 0;
+    const int64_t e = int64_t(((16u - a) & 15u) / sizeof(raw));  // base+e is 16B aligned
+    int64_t m = (j0 - e) % kItems;
+    if (m < 0) m += kItems;
+    first_ = j0 - m;
+  }
+  __device__ __forceinline__ int64_t first() const { return first_; }
+  __device__ __forceinline__ int64_t end() const { return j1; }
+  __device__ __forceinline__ uint32_t load(int64_t gs, uint64_t (&key)[kItems]) const {
+    uint32_t bits[kItems];
+    uint32_t mask;
+    if (vec && gs >= j0 && gs + kItems <= j1) {
+      mask = 0xffu;
+      if (sizeof(raw) == 4) {
+        const uint4* p = reinterpret_cast<const uint4*>(base + gs);
+        const uint4 a = __ldg(p), b = __ldg(p + 1);
+        bits[0] = a.x; bits[1] = a.y; bits[2] = a.z; bits[3] = a.w;
+        bits[4] = b.x; bits[5] = b.y; bits[6] = b.z; bits[7] = b.w;
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) bits[i] = Scalar<T>::f32(raw(bits[i]));
+      } else {
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(base + gs));
+        const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          bits[2 * i] = Scalar<T>::f32(raw(w[i] & 0xffffu));
+          bits[2 * i + 1] = Scalar<T>::f32(raw(w[i] >> 16));
+        }
+      }
+    } else {
+      mask = 0;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const int64_t j = gs + i;
+        bits[i] = 0;
+        if (j >= j0 && j < j1) {
+          mask |= 1u << i;
+          bits[i] = Scalar<T>::f32(base[j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) key[i] = c.key_of_bits(bits[i], gs + i);
+    return mask;
+  }
+};
+
+// Row resident in shared memory as ordered canonical scores (forcing applied).
+struct ResSrc {
+  const uint32_t* res;
+  int64_t n;
+  RowCtx c;
+  __device__ __forceinline__ int64_t first() const { return 0; }
+  __device__ __forceinline__ int64_t end() const { return n; }
+  __device__ __forceinline__ uint32_t load(int64_t gs, uint64_t (&key)[kItems]) const {
+    uint32_t o[kItems];
+    uint32_t mask;
+    if (gs + kItems <= n) {
+      const uint4 a = *reinterpret_cast<const uint4*>(res + gs);
+      const uint4 b = *reinterpret_cast<const uint4*>(res + gs + 4);
+      o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+      o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+      mask = 0xffu;
+    } else {
+      mask = 0;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        o[i] = 0;
+        if (gs + i < n) {
+          mask |= 1u << i;
+          o[i] = res[gs + i];
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) key[i] = c.key_of_ord(o[i], gs + i);
+    return mask;
+  }
+};
+
+// Keys in shared memory (gathered candidates, or merge inputs). Key 0 is an
+// empty slot: it is below every valid key and never selected.
+struct CandSrc {
+  const uint64_t* cand;
+  int64_t n;
+  __device__ __forceinline__ int64_t first() const { return 0; }
+  __device__ __forceinline__ int64_t end() const { return n; }
+  __device__ __forceinline__ uint32_t load(int64_t gs, uint64_t (&key)[kItems]) const {
+    uint32_t mask = 0;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      key[i] = 0;
+      if (gs + i < n) {
+        key[i] = cand[gs + i];
+        if (key[i] != stk::kInvalidKey) mask |= 1u << i;
+      }
+    }
+    return mask;
+  }
+};
+
+// ----------------------------------------------------------------------------
+// Block primitives. All threads of the block must call them (they sync).
+
+struct BlockScratch {
+  int warp[kMaxWarps + 1];
+  int bin, above, count;
+  int flag;
+};
+
+// Exclusive prefix sum over threads in thread order; *total gets the sum.
+__device__ __forceinline__ int block_excl_scan(int v, BlockScratch& s, int* total) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  int x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) s.warp[w] = x;
+  __syncthreads();
+  if (w == 0) {
+    int t = lane < nw ? s.warp[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, t, d);
+      if (lane >= d) t += y;
+    }
+    if (lane < nw) s.warp[lane] = t;  // inclusive
+  }
+  __syncthreads();
+  const int r = x - v + (w > 0 ? s.warp[w - 1] : 0);
+  *total = s.warp[nw - 1];
+  __syncthreads();
+  return r;
+}
+
+// Histogram of the digit below `depth` over the keys that match `prefix` in
+// their top `depth` bits.
+template <class Src>
+__device__ void hist_pass(const Src& src, uint32_t* hist, uint64_t prefix, int depth, int dbits) {
+  const int nbins = 1 << dbits;
+  const int shift = 64 - depth - dbits;
+  for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  const int64_t step = int64_t(blockDim.x) * kItems;
+#pragma unroll 2
+  for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
+    uint64_t key[kItems];
+    const uint32_t m = src.load(gs, key);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const bool match = depth == 0 || ((key[i] ^ prefix) >> (64 - depth)) == 0;
+      if (((m >> i) & 1u) && match) atomicAdd(&hist[uint32_t(key[i] >> shift) & (nbins - 1)], 1u);
+    }
+  }
+  __syncthreads();
+}
+
+// Find the bin holding the kk-th largest counted key. Returns via scratch:
+// bin, above (count in higher bins), count (in that bin).
+__device__ void find_bin(const uint32_t* hist, int dbits, int kk, BlockScratch& s) {
+  const int nbins = 1 << dbits;
+  const int per = (nbins + blockDim.x - 1) / blockDim.x;
+  // thread t covers bins [hi - per, hi) with hi = nbins - t*per (top bins first)
+  const int hi = nbins - int(threadIdx.x) * per;
+  const int lo = max(hi - per, 0);
+  int sum = 0;
+  for (int b = lo; b < hi; ++b) sum += int(hist[b]);
+  int total;
+  const int above = block_excl_scan(hi > 0 ? sum : 0, s, &total);
+  if (hi > 0 && above < kk && kk <= above + sum) {
+    int acc = above;
+    for (int b = hi - 1; b >= lo; --b) {
+      const int h = int(hist[b]);
+      if (acc + h >= kk) {
+        s.bin = b;
+        s.above = acc;
+        s.count = h;
+        break;
+      }
+      acc += h;
+    }
+  }
+  __syncthreads();
+}
+
+// Ordered compaction: calls sink(pos, key) for every valid key >= T, pos
+// counting them in source order. Returns the count.
+template <class Src, class Sink>
+__device__ int compact_pass(const Src& src, uint64_t T, BlockScratch& s, Sink sink) {
+  const int64_t step = int64_t(blockDim.x) * kItems;
+  int base = 0;
+  for (int64_t tb = src.first(); tb < src.end(); tb += step) {
+    const int64_t gs = tb + int64_t(threadIdx.x) * kItems;
+    uint64_t key[kItems];
+    uint32_t m = 0;
+    if (gs < src.end()) m = src.load(gs, key);
+    uint32_t sel = 0;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if (((m >> i) & 1u) && key[i] >= T) sel |= 1u << i;
+    int total;
+    int pos = base + block_excl_scan(__popc(sel), s, &total);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if ((sel >> i) & 1u) sink(pos++, key[i]);
+    base += total;
+  }
+  return base;
+}
+
+// Sort P (power of two) keys in shared memory, descending if desc.
+__device__ void bitonic_sort(uint64_t* a, int P, bool desc) {
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < (P >> 1); i += blockDim.x) {
+        const int pos = 2 * i - (i & (stride - 1));
+        const int q = pos + stride;
+        const bool up = ((pos & size) == 0) != desc;  // ascending segment?
+        const uint64_t x = a[pos], y = a[q];
+        if ((x > y) == up) {
+          a[pos] = y;
+          a[q] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+__device__ __forceinline__ int next_pow2(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+// ----------------------------------------------------------------------------
+// Radix select state and the pass loop.
+struct SelState {
+  uint64_t prefix;  // resolved top `depth` bits of the k-th key, low bits 0
+  int depth;
+  int kk;           // how many keys matching prefix still to take
+};
+
+enum PassResult { kDone = 0, kGathered = 1 };
+
+// Runs histogram passes over src until the k-th key is pinned (returns kDone,
+// *T = threshold) or, when cand != nullptr, until the keys >= prefix fit in
+// cand (gathers them in source order, returns kGathered, *ncand).
+template <class Src>
+__device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist, BlockScratch& s,
+                             uint64_t* cand, int cand_cap, int* ncand, uint64_t* T) {
+  while (true) {
+    const int dbits = digit_bits(st.depth);
+    hist_pass(src, hist, st.prefix, st.depth, dbits);
+    find_bin(hist, dbits, st.kk, s);
+    const int b = s.bin, above = s.above, E = s.count;
+    __syncthreads();  // scratch reused below
+    st.kk -= above;
+    st.prefix |= uint64_t(b) << (64 - st.depth - dbits);
+    st.depth += dbits;
+    if (E == st.kk || st.depth >= 64) {
+      *T = st.prefix;
+      return kDone;
+    }
+    const int C = (k - st.kk) + E;
+    if (cand != nullptr && C <= cand_cap) {
+      const uint64_t P = st.prefix;
+      *ncand = compact_pass(src, P, s, [&](int pos, uint64_t key) { cand[pos] = key; });
+      __syncthreads();
+      return kGathered;
+    }
+  }
+}
+
+// Output writer. sel: the keys >= T of src (exactly keff of them).
+struct OutRow {
+  int32_t* idx;
+  float* val;  // may be null
+  int k;
+  int tie;
+  __device__ __forceinline__ void put(int pos, uint64_t key) const {
+    idx[pos] = int32_t(stk::key_index(key, tie));
+    if (val) val[pos] = __uint_as_float(stk::key_value_bits(key));
+  }
+  __device__ void pad(int from) const {
+    for (int i = from + threadIdx.x; i < k; i += blockDim.x) {
+      idx[i] = -1;
+      if (val) val[i] = __uint_as_float(stk::kNegInfBits);
+    }
+  }
+};
+
+// Writes the keys >= T of src (keff of them) in the requested order, then the
+// padding. order: stk::kOrderRank sorts in shared memory (outbuf, capacity
+// next_pow2(k)); index/any emit in source order, which is index order for
+// every source this package builds.
+template <class Src>
+__device__ void finish(const Src& src, uint64_t T, int keff, int order, const OutRow& out,
+                       uint64_t* outbuf, BlockScratch& s) {
+  if (order == stk::kOrderRank && keff > 1) {
+    compact_pass(src, T, s, [&](int pos, uint64_t key) { outbuf[pos] = key; });
+    __syncthreads();
+    if (keff <= 64) {
+      // rank by counting: keys are distinct
+      for (int i = threadIdx.x; i < keff; i += blockDim.x) {
+        const uint64_t x = outbuf[i];
+        int r = 0;
+        for (int j = 0; j < keff; ++j) r += outbuf[j] > x;
+        out.put(r, x);
+      }
+    } else {
+      const int P = next_pow2(keff);
+      for (int i = keff + threadIdx.x; i < P; i += blockDim.x) outbuf[i] = stk::kInvalidKey;
+      __syncthreads();
+      bitonic_sort(outbuf, P, true);
+      for (int i = threadIdx.x; i < keff; i += blockDim.x) out.put(i, outbuf[i]);
+    }
+  } else {
+    compact_pass(src, T, s, [&](int pos, uint64_t key) { out.put(pos, key); });
+  }
+  out.pad(keff);
+}
+
+// Small candidate lists (n <= blockDim): rank every candidate by counting.
+// cand holds n distinct keys in index order; writes the top k.
+__device__ void finish_small(const uint64_t* cand, int n, int k, int order, const OutRow& out,
+                             int* rankbuf) {
+  const int keff = min(k, n);
+  uint64_t x = 0;
+  int r = 0x7fffffff;
+  if (int(threadIdx.x) < n) {
+    x = cand[threadIdx.x];
+    r = 0;
+    for (int j = 0; j < n; ++j) r += cand[j] > x;
+    rankbuf[threadIdx.x] = r;
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < n && r < keff) {
+    if (order == stk::kOrderRank) {
+      out.put(r, x);
+    } else {
+      int pos = 0;
+      for (int j = 0; j < int(threadIdx.x); ++j) pos += rankbuf[j] < keff;
+      out.put(pos, x);
+    }
+  }
+  out.pad(keff);
+}
+
+}  // namespace stk_nv
