@@ -18,14 +18,14 @@ fi
 echo "build done in $(( $(date +%s) - T0 ))s"
 rc=0
 Q=""; [ "${NV_QUICK:-0}" = 1 ] && Q="--quick"
-python ci/gpu/nvidia_dev.py $Q --no-bench --out "$OUT" 2>&1 | tee "$OUT/correctness.log" | grep -v "^BENCH" | tail -60
+timeout "${NV_CORR_TIMEOUT:-150}" python ci/gpu/nvidia_dev.py $Q --no-bench --out "$OUT" 2>&1 | tee "$OUT/correctness.log" | grep -v "^BENCH" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 echo "correctness done at $(( $(date +%s) - T0 ))s"
 if [ "${NV_BENCH:-1}" = 1 ]; then
-  python ci/gpu/nvidia_dev.py --bench-only --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -E "BENCH|Error|error" | tail -30
+  timeout "${NV_BENCH_TIMEOUT:-100}" python ci/gpu/nvidia_dev.py --bench-only --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -E "BENCH|Error|error" | tail -30
 fi
 if [ "${NV_CONF:-1}" = 1 ] && [ -d tests/conformance ]; then
-  timeout "${NV_CONF_TIMEOUT:-120}" python -m pytest tests/conformance --backend nvidia-sm100 -q -x -p no:cacheprovider \
+  timeout "${NV_CONF_TIMEOUT:-120}" python -m pytest tests/conformance --backend nvidia-sm100 -q --maxfail=15 -p no:cacheprovider \
     > "$OUT/conformance.log" 2>&1; echo "conformance rc=$?"; tail -15 "$OUT/conformance.log"
 fi
 if [ "${NV_SAN:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
