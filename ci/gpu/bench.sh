@@ -74,21 +74,27 @@ rm -f "$OUT/cache/tuning-v1.json"
 
 say "phase 1: sparsetopk tune (budget ${TUNE_BUDGET_S}s) -> $TABLE"
 # shellcheck disable=SC2086
-(cd "$OUT/repo" && "$PY" -m sparsetopk tune --budget "$TUNE_BUDGET_S" --fresh --output "$TABLE_REL" \
+# timeout: a hung kernel must not eat the device call; both commands write their files after every
+# cell, so a killed phase keeps what it measured (the budget stops starting cells; the slack is for
+# the last cell, plots and startup)
+(cd "$OUT/repo" && timeout -k 10 $(( TUNE_BUDGET_S + 90 )) "$PY" -m sparsetopk tune --budget "$TUNE_BUDGET_S" --fresh --output "$TABLE_REL" \
     --json "$LOGS/tune-raw.json" $TUNE_ARGS) 2>&1 | tee "$LOGS/tune.log"
 rc=${PIPESTATUS[0]}
 say "tune exit status $rc"
-if [ "$rc" -ne 0 ] || [ ! -s "$TABLE" ]; then
+if [ "$rc" -ne 0 ]; then
   status=1
-else
+fi
+if [ -s "$TABLE" ]; then
   cp "$TABLE" "$OUT/cache/tuning-v1.json"
+else
+  status=1
 fi
 
 say "phase 2: sparsetopk bench (budget ${BENCH_BUDGET_S}s) -> $RESULTS"
 CHECK=""
 [ "$BENCH_CHECK" = "1" ] && CHECK="--check"
 # shellcheck disable=SC2086
-(cd "$OUT/repo" && "$PY" -m sparsetopk bench --budget "$BENCH_BUDGET_S" $CHECK --json "$RESULTS_REL" \
+(cd "$OUT/repo" && timeout -k 10 $(( BENCH_BUDGET_S + 120 )) "$PY" -m sparsetopk bench --budget "$BENCH_BUDGET_S" $CHECK --json "$RESULTS_REL" \
     --plots docs/benchmarks --markdown BENCHMARKS.md --note "$NOTE" $BENCH_ARGS) 2>&1 | tee "$LOGS/bench.log"
 rc=${PIPESTATUS[0]}
 say "bench exit status $rc"

@@ -124,6 +124,7 @@ def _config(args, device, baselines: bool, check: bool = False):
         budget_s=args.budget,
         check=check,
         eager=not getattr(args, "no_eager", False),
+        baseline_names=_split(getattr(args, "baseline", None)),
     )
     return cfg, bw
 
@@ -183,6 +184,9 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--render", metavar="JSON",
                    help="run nothing: render --markdown / --plots from an existing results JSON")
     p.add_argument("--no-baselines", action="store_true", help="do not time torch.topk / FlashInfer / vLLM")
+    p.add_argument("--baseline", action="append", metavar="NAME",
+                   help="only these baselines (repeatable or comma list): torch.topk, flashinfer.top_k, "
+                        "vllm.top_k_per_row (default: every installed one)")
     p.add_argument("--no-eager", action="store_true", help="CUDA: graph timing only")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="a line for the method notes of the JSON / Markdown (e.g. how the run was produced)")
@@ -326,6 +330,14 @@ def tune_main(argv: Optional[List[str]] = None) -> int:
 
     out_path = Path(args.output) if args.output else tuning.cache_path()
     command = report.command_line("sparsetopk tune", argv)
+
+    def existing_for(device_name):
+        existing = None if args.fresh else tuning.load_table(out_path)
+        if existing is not None and existing.device != device_name:
+            print(f"note: {out_path} held a table for {existing.device!r}; replacing it with one for {device_name!r}")
+            existing = None
+        return existing
+
     if args.from_json:
         doc = report.load_json(args.from_json)
         device_name = doc["device"]["name"]
@@ -333,6 +345,7 @@ def tune_main(argv: Optional[List[str]] = None) -> int:
         meta = {"created": report.now_iso(), "command": command, "source": f"{args.from_json} ({doc.get('command')})",
                 "measured": doc.get("created"), "versions": doc.get("versions", {}),
                 "timer": doc.get("method", {}).get("timer"), "grid": doc.get("grid")}
+        table = build_table(device_name, cells, meta, existing_for(device_name))
     else:
         from .runner import run, summarize
 
@@ -343,35 +356,42 @@ def tune_main(argv: Optional[List[str]] = None) -> int:
             return 2
         cfg, bw = _config(args, device, baselines=False)
         device_name = registry.device_name(device)
+        existing = existing_for(device_name)
         print(f"sparsetopk tune: {len(cells_sel)} cells on {device_name} ({device})"
               + (f"; budget {args.budget:.0f} s" if args.budget else ""), flush=True)
         cells = []
         printer = _printer(args.quiet)
-
-        def on_cell(i, n, rec):
-            cells.append(report.sanitize(rec))
-            printer(i, n, rec)
-
-        run(cells_sel, cfg, on_cell)
         meta = {"created": report.now_iso(), "command": command, "versions": report.versions(),
                 "timer": "cuda-graph" if device.type == "cuda" else "wall", "grid": "quick" if args.quick else "full",
                 "device_info": report.device_info(device)}
+        raw = {"format": report.FORMAT, "format_version": report.FORMAT_VERSION, "created": meta["created"],
+               "command": command, "argv": argv, "grid": meta["grid"], "device": meta["device_info"],
+               "host": report.host_info(), "versions": meta["versions"], "method": _method(device, cfg, bw),
+               "cells": cells, "summary": {}}
+        table = None
+
+        def on_cell(i, n, rec):
+            nonlocal table
+            cells.append(report.sanitize(rec))
+            printer(i, n, rec)
+            # written after every cell: a run that is killed keeps what it measured
+            t = build_table(device_name, cells, dict(meta, partial=i + 1 < n), existing)
+            if t.entries:
+                table = t
+                tuning.save_table(table, out_path)
+            if args.json:
+                raw["summary"] = summarize(cells)
+                report.write_json(report.sanitize(raw), args.json)
+
+        run(cells_sel, cfg, on_cell)
         if args.json:
-            m = _method(device, cfg, bw)
-            report.write_json(report.sanitize({
-                "format": report.FORMAT, "format_version": report.FORMAT_VERSION, "created": meta["created"],
-                "command": command, "argv": argv, "grid": meta["grid"], "device": meta["device_info"],
-                "host": report.host_info(), "versions": meta["versions"], "method": m, "cells": cells,
-                "summary": summarize(cells)}), args.json)
             print(f"wrote {args.json}")
-    existing = None if args.fresh else tuning.load_table(out_path)
-    if existing is not None and existing.device != device_name:
-        print(f"note: {out_path} held a table for {existing.device!r}; replacing it with one for {device_name!r}")
-        existing = None
-    table = build_table(device_name, cells, meta, existing)
+        if table is None:
+            table = build_table(device_name, cells, meta, existing)
     if not table.entries:
         print("no backend timing to write (every cell failed or was skipped)", file=sys.stderr)
         return 1
+    table.meta.pop("partial", None)
     tuning.save_table(table, out_path)
     registry.reset()  # the next selection reads the new table
     print(f"wrote {out_path}: {len(table.entries)} buckets ({table.meta.get('buckets_measured')} measured now) "

@@ -32,6 +32,7 @@ class RunConfig:
     backends: Optional[Sequence[str]] = None  # only these sparsetopk backends (None: all serving)
     include_interpreted: bool = False  # time Triton-interpreter backends on the CPU
     baselines: bool = True  # torch.topk (+ FlashInfer / vLLM when importable)
+    baseline_names: Optional[Sequence[str]] = None  # only these baselines (None: every installed one)
     l2_bytes: int = 0
     copy_bw: float = float("nan")  # bytes/s, read + write
     rotate_factor: float = 2.5  # one pass over the views reads > this many L2s
@@ -160,6 +161,8 @@ def run_cell(cell: Cell, cfg: RunConfig) -> dict:
         rec["results"][name] = r
     if cfg.baselines:
         for name in bl.installed():
+            if cfg.baseline_names and name not in cfg.baseline_names:
+                continue
             factory = bl.BASELINES[name][0]
             r = {"kind": "baseline"}
             try:
