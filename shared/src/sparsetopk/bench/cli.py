@@ -176,7 +176,7 @@ def bench_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sparsetopk bench",
         description="Time every sparsetopk backend that serves each cell beside torch.topk, over serving-shaped "
-                    "scenarios; report speedups, %% of copy bandwidth, and the registry's pick and regret.")
+                    "scenarios; report speedups, % of copy bandwidth, and the registry's pick and regret.")
     _common(p)
     p.add_argument("--json", metavar="PATH", help="write the results JSON here (rewritten after every cell)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots here (needs matplotlib)")
