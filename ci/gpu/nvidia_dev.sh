@@ -13,7 +13,22 @@ export SPARSETOPK_CUDA_TARGETS=${SPARSETOPK_CUDA_TARGETS:-90a} SPARSETOPK_CUDA_P
 export SPARSETOPK_NVCC_THREADS=${SPARSETOPK_NVCC_THREADS:-4}
 python -c "import sparsetopk" 2>/dev/null || pip install -q --no-build-isolation --no-deps -e shared > "$OUT/pip_shared.log" 2>&1
 if ! pip install -v --no-build-isolation --no-deps ./packages/nvidia-sm100 > "$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 2
+  # No usable scikit-build-core here: build the same CMake project directly and
+  # stage the package (with its entry point) on PYTHONPATH.
+  echo "pip build failed (see build.log); building with cmake directly"
+  python -c "import scikit_build_core.build" > "$OUT/skbuild_import.log" 2>&1 || tail -3 "$OUT/skbuild_import.log"
+  B=/tmp/stk-nv-build; STAGE=/tmp/stk-nv-stage; rm -rf "$STAGE"; mkdir -p "$STAGE"
+  cmake -S packages/nvidia-sm100 -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$(command -v python)" -Dpybind11_DIR="$(python -m pybind11 --cmakedir)" \
+    > "$OUT/cmake.log" 2>&1 && cmake --build "$B" >> "$OUT/cmake.log" 2>&1 \
+    || { tail -40 "$OUT/cmake.log"; echo "BUILD FAILED"; exit 2; }
+  cp -r packages/nvidia-sm100/src/sparsetopk_nvidia_sm100 "$STAGE/"
+  cp "$B"/_C*.so "$STAGE/sparsetopk_nvidia_sm100/"
+  D="$STAGE/sparsetopk_nvidia_sm100-0.1.0.dist-info"; mkdir -p "$D"
+  printf 'Metadata-Version: 2.1\nName: sparsetopk-nvidia-sm100\nVersion: 0.1.0\n' > "$D/METADATA"
+  printf '[sparsetopk.backends]\nnvidia-sm100 = sparsetopk_nvidia_sm100:backend\n' > "$D/entry_points.txt"
+  export PYTHONPATH="$STAGE${PYTHONPATH:+:$PYTHONPATH}"
+  python -c "import sparsetopk_nvidia_sm100._C as c; print('staged', c.__file__)"
 fi
 echo "build done in $(( $(date +%s) - T0 ))s"
 rc=0

@@ -396,6 +396,7 @@ static const DevInfo& dev_info(int dev) {
   std::lock_guard<std::mutex> lk(g_mu);
   DevInfo& d = g_dev[dev & 63];
   if (!d.init) {
+    check(cudaSetDevice(dev), "cudaSetDevice");
     check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
     check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
           "device attribute");
