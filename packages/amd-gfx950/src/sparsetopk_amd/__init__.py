@@ -7,4 +7,3 @@ portability build (SPARSETOPK_AMD_PORTABILITY=cuda) and on a CPU emulator
 """
 
 __version__ = "0.1.0"
-

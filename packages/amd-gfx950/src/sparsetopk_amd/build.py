@@ -281,6 +281,63 @@ def build_emulator(wave: int, cxx: Optional[str] = None) -> Path:
     return out
 
 
-if __name__ == "__main__":  # python -m sparsetopk_amd.build [dest]
-    st = build_code_objects(Path(sys.argv[1]) if len(sys.argv) > 1 else CODEOBJ_DIR)
+OBJDUMP_CANDIDATES = ("llvm-objdump-22", "llvm-objdump")
+
+
+def check_code_objects(root: Path = CODEOBJ_DIR) -> List[str]:
+    """CI check of the shipped code objects; returns the problems (empty: ok)
+    and prints each kernel's resource use. Every kernel must be present for
+    every arch (symbol table, llvm-objdump; metadata note, llvm-readelf),
+    wave64, and the hot kernels must use no scratch (private segment 0)."""
+    problems: List[str] = []
+    objdump = find_tool(OBJDUMP_CANDIDATES)
+    if find_tool(READELF_CANDIDATES) is None or objdump is None:
+        return ["llvm-readelf / llvm-objdump not found (apt-get install llvm-22)"]
+    for arch in ARCHS:
+        path = code_object_path(arch, root)
+        if not path.is_file():
+            problems.append(f"{arch}: no code object at {path}")
+            continue
+        syms = subprocess.run([objdump, "-t", str(path)], capture_output=True, text=True, check=True).stdout
+        head = subprocess.run([objdump, "-f", str(path)], capture_output=True, text=True).stdout
+        if arch not in head and arch not in syms:
+            flags = subprocess.run([find_tool(READELF_CANDIDATES), "-h", str(path)], capture_output=True, text=True).stdout
+            if arch not in flags.lower():
+                problems.append(f"{arch}: the code object does not say it is {arch}")
+        meta = kernel_metadata(path)
+        print(f"{arch}: {path.name}")
+        print(
+            f"  {'kernel':24s} {'VGPR':>5s} {'AGPR':>5s} {'SGPR':>5s} {'LDS B':>7s} {'scratch B':>9s} {'wave':>4s} {'spills v/s':>10s}"
+        )
+        for k in KERNELS:
+            if k not in syms or f"{k}.kd" not in syms:
+                problems.append(f"{arch}: kernel {k} (or its descriptor {k}.kd) missing from the symbol table")
+            m = meta.get(k)
+            if m is None:
+                problems.append(f"{arch}: kernel {k} missing from the metadata note")
+                continue
+            print(
+                f"  {k:24s} {m.get('vgpr_count', '?'):>5} {m.get('agpr_count', '?'):>5} {m.get('sgpr_count', '?'):>5} "
+                f"{m.get('group_segment_fixed_size', '?'):>7} {m.get('private_segment_fixed_size', '?'):>9} "
+                f"{m.get('wavefront_size', '?'):>4} {m.get('vgpr_spill_count', 0)}/{m.get('sgpr_spill_count', 0):>4}"
+            )
+            if m.get("wavefront_size") != 64:
+                problems.append(f"{arch}: {k} wavefront size {m.get('wavefront_size')} != 64")
+            if k in HOT_KERNELS and m.get("private_segment_fixed_size") != 0:
+                problems.append(f"{arch}: {k} uses scratch ({m.get('private_segment_fixed_size')} B)")
+            if k in HOT_KERNELS and m.get("vgpr_spill_count", 0):
+                problems.append(f"{arch}: {k} spills {m.get('vgpr_spill_count')} VGPRs")
+    return problems
+
+
+if __name__ == "__main__":  # python build.py [--check] [dest]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    dest = Path(args[0]) if args else CODEOBJ_DIR
+    if "--check" in sys.argv:
+        probs = check_code_objects(dest)
+        for pr in probs:
+            print("PROBLEM:", pr)
+        print("code objects OK" if not probs else f"{len(probs)} problem(s)")
+        sys.exit(1 if probs else 0)
+    st = build_code_objects(dest)
     sys.exit(0 if st["ok"] else 1)

@@ -39,6 +39,14 @@ def _device_index(device) -> int:
     return int(device.index)
 
 
+def _handle_value(h) -> int:
+    """The address inside a cuda.bindings / hip-python handle object."""
+    try:
+        return int(h)
+    except TypeError:
+        return int(h.getPtr())
+
+
 # ---------------------------------------------------------------- HIP
 class HipDriver:
     kind = "hip"
@@ -170,11 +178,13 @@ class CudaDriver:
                     torch.cuda.current_stream(dev)  # torch makes its primary context current
                     self._check(cu.cuInit(0), "cuInit")
                     ctx = self._check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-                    if not int(ctx):
+                    if not _handle_value(ctx):
                         cudev = self._check(cu.cuDeviceGet(dev), "cuDeviceGet")
                         ctx = self._check(cu.cuDevicePrimaryCtxRetain(cudev), "cuDevicePrimaryCtxRetain")
                         self._check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-                    mod = self._check(cu.cuModuleLoadData(Path(cubin).read_bytes()), "cuModuleLoadData")
+                    data = Path(cubin).read_bytes()
+                    image = ctypes.create_string_buffer(data, len(data))  # alive for the call
+                    mod = self._check(cu.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData")
                 self._modules[dev] = mod
             f = self._check(cu.cuModuleGetFunction(mod, name.encode()), f"cuModuleGetFunction({name})")
             self._funcs[key] = f
