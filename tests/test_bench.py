@@ -127,7 +127,7 @@ def test_tune_quick_writes_a_cache_the_registry_reads(tmp_path):
     # the registry reads it: the timing of a quick cell's bucket is visible through candidates' ordering
     registry.reset()
     call = make_topk_call(torch.randn(64, 1344), 16)
-    key = tuning.bucket_key("topk", torch.float32, 16, 64, 1344)
+    key = tuning.bucket_key("topk", torch.float32, 16, 64, 1344, "rank")
     assert key in t.entries
     assert registry._timings(call)["reference"] == pytest.approx(t.entries[key]["reference"]["us"])
     # a second tune on another scenario keeps the buckets it did not measure

@@ -137,3 +137,19 @@ def test_info_lists_backends(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "reference" in out and "picks on" in out
+
+
+def test_order_specific_bucket_wins(fakes, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARSETOPK_CACHE_DIR", str(tmp_path))
+    a = fakes(Fake("sorter", priority=5, version="1"))
+    b = fakes(Fake("setter", priority=5, version="1"))
+    base = ("topk", torch.float32, 16, 8, 300)
+    entries = {
+        tuning.bucket_key(*base): {"sorter": {"us": 1.0, "version": "1"}, "setter": {"us": 2.0, "version": "1"}},
+        tuning.bucket_key(*base, "any"): {"sorter": {"us": 3.0, "version": "1"}, "setter": {"us": 2.0, "version": "1"}},
+    }
+    tuning.save_table(tuning.TuningTable(device="cpu", entries=entries))
+    registry.reset()
+    registry.register(a), registry.register(b)
+    assert registry.select(make_topk_call(torch.randn(8, 300), 16, order="any")) is b
+    assert registry.select(make_topk_call(torch.randn(8, 300), 16, order="rank")) is a  # falls back to the order-free bucket

@@ -133,13 +133,16 @@ def _timings(call: Call) -> Dict[str, float]:
         tables = _tables[dev] = tuning.tables_for_device(dev)
     if not tables:
         return {}
-    key = tuning.bucket_key(call.op, call.dtype, call.k, call.rows, call.width)
     versions = {n: getattr(b, "version", "") for n, b in backends().items()}
-    merged: Dict[str, float] = {}
-    for t in tables:  # user cache first: its timings win
-        for name, us in t.timings(key, versions).items():
-            merged.setdefault(name, us)
-    return merged
+    base = (call.op, call.dtype, call.k, call.rows, call.width)
+    for key in (tuning.bucket_key(*base, call.order), tuning.bucket_key(*base)):
+        merged: Dict[str, float] = {}
+        for t in tables:  # user cache first: its timings win
+            for name, us in t.timings(key, versions).items():
+                merged.setdefault(name, us)
+        if merged:
+            return merged
+    return {}
 
 
 def _serving(call: Call) -> List[Backend]:

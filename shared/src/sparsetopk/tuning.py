@@ -10,9 +10,9 @@ Format (JSON, ``format_version`` 1)::
 (``cells``, the number of benchmark cells a time summarises, and any other
 extra keys are informative; readers need only ``us`` and ``version``.)
 
-A bucket key is ``op|dtype|k<kb>|r<rb>|w<wb>``, each of k, rows and width
-rounded up to a power of two (its log2), so nearby shapes share a
-measurement. A timing whose recorded backend version differs from the
+A bucket key is ``op|dtype|k<kb>|r<rb>|w<wb>`` (optionally ``|o<order>``),
+each of k, rows and width rounded up to a power of two (its log2), so nearby
+shapes share a measurement. A timing whose recorded backend version differs from the
 installed one is stale and ignored (a miss). Files that fail to parse, or
 carry another format version, are ignored: never a crash.
 
@@ -78,10 +78,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def bucket_key(op: str, dtype, k: int, rows: int, width: int) -> str:
+def bucket_key(op: str, dtype, k: int, rows: int, width: int, order: Optional[str] = None) -> str:
+    """Shape bucket; with ``order`` the key is specific to it (``|o<order>``),
+    since sorting k results can cost as much as selecting them. The registry
+    looks for the order-specific key first, then the order-free one."""
     if isinstance(dtype, torch.dtype):
         dtype = dtype_name(dtype)
-    return f"{op}|{dtype}|k{_log2_bucket(k)}|r{_log2_bucket(rows)}|w{_log2_bucket(width)}"
+    key = f"{op}|{dtype}|k{_log2_bucket(k)}|r{_log2_bucket(rows)}|w{_log2_bucket(width)}"
+    return f"{key}|o{order}" if order else key
 
 
 @dataclasses.dataclass

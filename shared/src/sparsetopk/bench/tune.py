@@ -1,7 +1,7 @@
 """From timed cells to a tuning table (format v1, see :mod:`sparsetopk.tuning`).
 
 Cells are grouped by the registry's bucket key (op, dtype, k, rows, width,
-each rounded up to a power of two). Per bucket and backend the table holds
+each rounded up to a power of two, and order). Per bucket and backend the table holds
 the geometric mean of the backend's per-call times over the bucket's cells
 (geometric, so one large cell does not drown the others). A backend that
 failed or did not serve some cell of a bucket that another backend timed is
@@ -18,7 +18,7 @@ from .. import tuning
 
 def bucket_of(cell: dict) -> str:
     dtype = "float32" if cell["op"] == "merge" else cell["dtype"]
-    return tuning.bucket_key(cell["op"], dtype, int(cell["k"]), int(cell["rows"]), int(cell["width"]))
+    return tuning.bucket_key(cell["op"], dtype, int(cell["k"]), int(cell["rows"]), int(cell["width"]), cell.get("order"))
 
 
 def table_entries(cells: List[dict]) -> Dict[str, Dict[str, dict]]:
