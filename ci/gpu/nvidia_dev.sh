@@ -11,8 +11,11 @@ T0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
 export SPARSETOPK_CUDA_TARGETS=${SPARSETOPK_CUDA_TARGETS:-90a} SPARSETOPK_CUDA_PTX=${SPARSETOPK_CUDA_PTX:-0}
 export SPARSETOPK_NVCC_THREADS=${SPARSETOPK_NVCC_THREADS:-4}
-python -c "import sparsetopk" 2>/dev/null || pip install -q --no-build-isolation --no-deps -e shared > "$OUT/pip_shared.log" 2>&1
-if ! pip install -v --no-build-isolation --no-deps ./packages/nvidia-sm100 > "$OUT/build.log" 2>&1; then
+# "python -m pip": a bare "pip" may belong to another interpreter
+python -c "import sparsetopk" 2>/dev/null || python -m pip install --no-build-isolation --no-deps -e shared > "$OUT/pip_shared.log" 2>&1
+python -c "import sparsetopk" 2>/dev/null || export PYTHONPATH="$PWD/shared/src${PYTHONPATH:+:$PYTHONPATH}"
+python -c "import sparsetopk; print('core', sparsetopk.__file__)"
+if ! python -m pip install -v --no-build-isolation --no-deps ./packages/nvidia-sm100 > "$OUT/build.log" 2>&1; then
   # No usable scikit-build-core here: build the same CMake project directly and
   # stage the package (with its entry point) on PYTHONPATH.
   echo "pip build failed (see build.log); building with cmake directly"

@@ -72,6 +72,7 @@ __device__ __forceinline__ SmemLayout carve(unsigned char* sm, const TopkParams&
   off += size_t(p.cand_cap) * 8;
   L.outbuf = reinterpret_cast<uint64_t*>(sm + off);
   off += size_t(p.out_cap) * 8;
+  off = (off + 15) & ~size_t(15);
   L.res = reinterpret_cast<uint32_t*>(sm + off);
   return L;
 }
@@ -445,7 +446,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   const DevInfo& d = dev_info(dev);
   Plan plan;
   const int k = p.k;
-  p.out_cap = pow2_at_least(std::max(k, 1));
+  p.out_cap = pow2_at_least(std::max(k, 2));  // even: keeps the resident row 16B aligned
   const int64_t W = p.width;
   // split long rows over several blocks when there are too few rows to fill the GPU
   const int64_t max_n = W;
