@@ -1,0 +1,184 @@
+"""Benchmark + exactness check of the triton-portable backend on a GPU.
+
+Method (as the nvidia-sm100 issue): fp32 N(0,1) scores, per call, CUDA-graph
+replay over rotating input buffers past L2, median over replays, beside
+torch.topk in the same run. Every timed cell is also checked bit-exact against
+a GPU key-sort oracle (torch.topk on the int64 canonical keys).
+
+    python bench/bench_triton.py [--cells small,large] [--sweep] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from sparsetopk.protocol import TopKCall
+
+import sparsetopk_triton
+from sparsetopk_triton import launch
+
+BE = sparsetopk_triton.make_backend()
+L2_BYTES = 50 * 2**20
+
+
+def make_call(x, k, lengths=None, order="rank", tie="low"):
+    return TopKCall(scores=x, k=k, lengths=lengths, starts=None, index_scale=1, index_offset=0,
+                    force_begin=0, force_end=0, tie_break=tie, order=order, return_values=False)
+
+
+def oracle_keys_topk(x, k, lengths):
+    """Exact top-k by int64 key (low tie), rank order, on the GPU."""
+    xf = x.float()
+    xf = torch.where(xf == 0, torch.zeros_like(xf), xf)
+    xf = torch.where(torch.isnan(xf), torch.full_like(xf, float("-inf")), xf)
+    b = xf.view(torch.int32).long()
+    s = torch.where(b < 0, b ^ 0x7FFFFFFF, b)
+    g = torch.arange(x.shape[1], device=x.device)
+    key = (s << 32) | (0xFFFFFFFF - g)
+    if lengths is not None:
+        key = torch.where(g[None, :] < lengths[:, None].long(), key, torch.full_like(key, -(2**63)))
+    top = torch.topk(key, k, dim=1).values
+    idx = (0xFFFFFFFF - (top & 0xFFFFFFFF)).to(torch.int32)
+    return torch.where(top == -(2**63), torch.full_like(idx, -1), idx)
+
+
+def time_graph(fn_list, reps=15):
+    """fn_list: callables over rotating buffers. Returns median us per call."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fn_list:  # warm-up / compile outside capture
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fn_list:
+            f()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1000.0 / len(fn_list))
+    return statistics.median(times)
+
+
+WARM_ONLY = False
+
+
+def cell(name, rows, width, k, order, length=None, stride=None, check=True):
+    dev = "cuda"
+    stride = stride or width
+    if WARM_ONLY:  # compile the variants this cell uses, no timing
+        x = torch.randn(rows, stride, device=dev)[:, :width]
+        lens = None if length is None else torch.full((rows,), length, dtype=torch.int32, device=dev)
+        out = torch.empty(rows, k, dtype=torch.int32, device=dev)
+        BE.topk(make_call(x, k, lens, order), out, None)
+        torch.cuda.synchronize()
+        print("warmed", name, order, flush=True)
+        return dict(cell=name, exact=None)
+    touched = rows * (length if length is not None else width) * 4
+    nbuf = max(2, min(256, (3 * L2_BYTES) // max(touched, 1) + 1))
+    bufs = [torch.randn(rows, stride, device=dev) for _ in range(nbuf)]
+    xs = [b[:, :width] for b in bufs]
+    lens = None
+    if length is not None:
+        lens = torch.full((rows,), length, dtype=torch.int32, device=dev)
+    outs = [torch.empty(rows, k, dtype=torch.int32, device=dev) for _ in range(nbuf)]
+    calls = [make_call(x, k, lens, order) for x in xs]
+
+    def ours(i):
+        return lambda: BE.topk(calls[i], outs[i], None)
+
+    ok = None
+    if check:
+        ours(0)()
+        ref = oracle_keys_topk(xs[0], k, lens)
+        got = outs[0]
+        if order == "rank":
+            ok = bool(torch.equal(got, ref))
+        else:
+            ok = bool(torch.equal(torch.sort(got, dim=1).values, torch.sort(ref, dim=1).values))
+    t_ours = time_graph([ours(i) for i in range(nbuf)])
+    tw = length if length is not None else width
+    tviews = [b[:, :tw] for b in bufs]
+    t_torch = time_graph([(lambda v=v: torch.topk(v, k, dim=1)) for v in tviews])
+    rec = dict(cell=name, rows=rows, width=width, k=k, order=order, length=length, stride=stride,
+               us=round(t_ours, 2), torch_us=round(t_torch, 2), speedup=round(t_torch / t_ours, 2), exact=ok,
+               nbuf=nbuf)
+    print(json.dumps(rec), flush=True)
+    del bufs, xs, outs
+    torch.cuda.empty_cache()
+    return rec
+
+
+SMALL = [("64x1344 k16", 64, 1344, 16), ("512x1344 k16", 512, 1344, 16),
+         ("4096x4096 k16", 4096, 4096, 16), ("16384x8192 k16", 16384, 8192, 16)]
+LARGE = [(r, L) for L in (40_000, 150_000, 1_000_000) for r in (4, 16, 64)]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", default="small,large")
+    ap.add_argument("--orders", default="any")
+    ap.add_argument("--sweep", action="store_true", help="also try a few launch configs")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--warm", action="store_true", help="only compile the kernels the cells use")
+    a = ap.parse_args(argv)
+    global WARM_ONLY
+    WARM_ONLY = a.warm
+    print("device:", torch.cuda.get_device_name(), "triton", __import__("triton").__version__,
+          "torch", torch.__version__, flush=True)
+    print("props:", launch.device_props(torch.empty(1, device="cuda")), flush=True)
+    recs = []
+    configs = [{}]
+    if a.sweep:
+        configs += [{"stream_tile": 2048}, {"stream_tile": 8192}, {"programs_per_sm": 4},
+                    {"radix_tile": 4096}]
+    base = dict(launch.CONFIG)
+    for cfg in configs:
+        launch.CONFIG.clear()
+        launch.CONFIG.update(base, **cfg)
+        print("config:", cfg, flush=True)
+        t0 = time.time()
+        if "small" in a.cells:
+            for name, rows, width, k in SMALL:
+                if cfg and set(cfg) <= {"radix_tile"}:
+                    continue
+                r = cell(name, rows, width, k, "rank")
+                r["config"] = cfg
+                recs.append(r)
+        if "large" in a.cells:
+            for rows, L in LARGE:
+                if cfg and set(cfg) <= {"stream_tile"}:
+                    continue
+                for order in a.orders.split(","):
+                    r = cell(f"{rows}x{L} k2048 {order}", rows, 1_000_000, 2048, order, length=L,
+                             stride=1_000_000)
+                    r["config"] = cfg
+                    recs.append(r)
+        print(f"config {cfg} done in {time.time() - t0:.1f}s", flush=True)
+    launch.CONFIG.clear()
+    launch.CONFIG.update(base)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(recs, f, indent=1)
+    bad = [r for r in recs if r["exact"] is False]
+    print("EXACT:", "all" if not bad else f"{len(bad)} mismatching cells", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
