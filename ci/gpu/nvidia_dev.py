@@ -376,7 +376,7 @@ def main():
         return 0 if counts["fail"] == 0 else 1
     dev = torch.device("cuda")
     log(torch.cuda.get_device_name(), torch.__version__)
-    from sparsetopk_nvidia_sm100.backend import _ext
+    from sparsetopk_nvidia_sm100._backend import _ext
 
     log("plans:", _ext().plan(64, 1 << 20, 2048, 0), _ext().plan(4096, 4096, 16, 0))
     log("availability:", sparsetopk.registry.availability(BK))

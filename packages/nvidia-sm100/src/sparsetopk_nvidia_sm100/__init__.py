@@ -11,10 +11,12 @@ def backend():
     """Entry point of group ``sparsetopk.backends``: the backend object.
 
     Cheap: imports neither the extension nor cuda-python; touches no GPU.
+    (The implementation module is ``_backend``: a submodule named ``backend``
+    would replace this function as a package attribute once imported.)
     """
     global _BACKEND
     if _BACKEND is None:
-        from .backend import NvidiaSm100Backend
+        from ._backend import NvidiaSm100Backend
 
         _BACKEND = NvidiaSm100Backend()
     return _BACKEND
