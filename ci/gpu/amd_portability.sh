@@ -13,7 +13,7 @@
 #   2. the conformance suite:  pytest tests/conformance --backend amd-gfx950
 #   3. fuzz against the reference backend: FUZZ_ROWS rows per dtype, narrow bands
 #   4. a few timings beside reference and torch.topk
-# Knobs: OUT, PY, SUITE_TIMEOUT_S (150), FUZZ_ROWS (1000000), FUZZ_BUDGET_S (75), BENCH=1.
+# Knobs: OUT, PY, SUITE_TIMEOUT_S (150), FUZZ_ROWS (1000000), FUZZ_BUDGET_S (75), FUZZ_CELLS (20000000 elements per chunk), BENCH=1.
 set -u
 PY=${PY:-python}
 OUT=${OUT:-./.gpu/amd-portability-out}
@@ -50,7 +50,7 @@ done
 
 echo "== fuzz"
 timeout $(( ${FUZZ_BUDGET_S:-75} + 30 )) "$PY" packages/amd-gfx950/tools/fuzz.py --rows "${FUZZ_ROWS:-1000000}" \
-  --budget-s "${FUZZ_BUDGET_S:-75}" 2>&1 | tee "$OUT/logs/fuzz.log" | tail -20
+  --budget-s "${FUZZ_BUDGET_S:-75}" --cells-elems "${FUZZ_CELLS:-20000000}" 2>&1 | tee "$OUT/logs/fuzz.log" | tail -20
 s=${PIPESTATUS[0]}; echo "fuzz exit $s"; [ "$s" = 0 ] || rc=1
 
 if [ "${BENCH:-1}" = 1 ]; then

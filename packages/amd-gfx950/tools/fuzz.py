@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     t_start = time.time()
     bad_total = 0
     for dname, dtype in DTYPES.items():
-        done = bad = chunks = 0
+        done = bad = chunks = merged = 0
         while done < args.rows:
             if args.budget_s and time.time() - t_start > args.budget_s:
                 print(f"budget reached: {dname} stopped at {done} rows")
@@ -107,9 +107,33 @@ def main(argv=None) -> int:
                 )
                 print("  ref", ref.indices[r, :16].tolist(), "\n  got", got.indices[r, :16].tolist())
             bad += nbad
+            if chunks % 3 == 0 and k <= 2048:  # composition law: merge(topk(shards)) == topk(global)
+                R = (2, 3, 4, 8)[chunks % 4]
+                rows_m = min(rows, 4096)
+                g = s[:rows_m]
+                ln = int(torch.randint(0, width + 1, (1,), generator=cg).item())
+                mo = dict(tie_break=opts["tie_break"], order=opts["order"])
+                shards = [
+                    sparsetopk.topk(
+                        g[:, o::R].contiguous(), k, index_scale=R, index_offset=o, lengths=ln,
+                        backend=args.backend, return_values=True, tie_break=mo["tie_break"],
+                    )
+                    for o in range(R)
+                    if o < width
+                ]  # fmt: skip
+                mi = torch.stack([x.indices for x in shards], 1)
+                mv = torch.stack([x.values for x in shards], 1)
+                got_m = sparsetopk.merge(mi, mv, k, backend=args.backend, **mo)
+                ref_m = sparsetopk.topk(g, k, lengths=ln, backend="reference", return_values=True, **mo)
+                okm = same(mo["order"], ref_m, got_m)
+                nbm = int((~okm).sum().item())
+                if nbm:
+                    print(f"MERGE MISMATCH {dname} width={width} k={k} R={R} len={ln} {mo}: {nbm} rows")
+                bad += nbm
+                merged += rows_m
             done += rows
             chunks += 1
-        print(f"fuzz {args.backend} {dname}: {done} rows in {chunks} chunks, {bad} mismatching rows")
+        print(f"fuzz {args.backend} {dname}: {done} topk rows in {chunks} chunks + {merged} merge rows, {bad} mismatching rows")
         bad_total += bad
     print(f"fuzz total mismatching rows: {bad_total} ({time.time() - t_start:.1f}s)")
     return 1 if bad_total else 0

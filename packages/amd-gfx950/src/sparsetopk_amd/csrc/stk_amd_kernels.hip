@@ -160,6 +160,24 @@ STK_DEVICE void wave_find_bin(const uint32_t* hist, uint32_t needed, uint32_t& b
   count = stk::shfl(c, src);
 }
 
+// Counts hist[d] += 1 for every active lane. The lanes that share the first
+// active lane's digit are added with one atomic: in narrow score bands whole
+// waves share their top digits, and same-address LDS atomics serialise. Only
+// counts change, so the order of the adds never reaches a result. Every lane
+// of the wave calls it.
+STK_DEVICE void wave_hist_add(uint32_t* hist, uint32_t d, bool active) {
+  const stk::wave_mask_t act = stk::wave_ballot(active);
+  if (act == 0) return;  // wave-uniform
+  const uint32_t leader = stk::ffs_lane(act);
+  const uint32_t dl = stk::shfl(d, leader);
+  const stk::wave_mask_t same = stk::wave_ballot(active && d == dl);
+  if (stk::lane_id() == leader) {
+    stk::atomic_add_u32_local(&hist[dl], stk::popc(same));
+  } else if (active && d != dl) {
+    stk::atomic_add_u32_local(&hist[d], 1u);
+  }
+}
+
 // Bitonic sort of buf[0..n) (n a power of two) by one workgroup of `block`
 // work-items; descending or ascending. Ends with a block barrier.
 template <int kBlockThreads>
@@ -229,9 +247,10 @@ STK_DEVICE uint64_t wave_compact(uint64_t* buf, uint32_t n, uint32_t keep, uint3
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (uint32_t b = lane; b < 256; b += W) hist[b] = 0;
     stk::wave_sync();
-    for (uint32_t i = lane; i < n; i += W) {
-      const uint64_t key = buf[i];
-      if ((key & mask) == prefix) stk::atomic_add_u32_local(&hist[(uint32_t)(key >> shift) & 255u], 1u);
+    for (uint32_t base = 0; base < n; base += W) {
+      const uint32_t i = base + lane;
+      const uint64_t key = i < n ? buf[i] : 0;
+      wave_hist_add(hist, (uint32_t)(key >> shift) & 255u, i < n && (key & mask) == prefix);
     }
     stk::wave_sync();
     uint32_t bin, above, cb;
@@ -396,6 +415,8 @@ namespace radix {
 constexpr int kBlock = 512;
 constexpr int kWaves = kBlock / W;
 constexpr int kMaxK = 4096;
+constexpr int kHistItems = 4;  // loads in flight per work-item per histogram step
+constexpr int kScanItems = 8;  // consecutive columns per work-item per scan step
 
 struct Smem {
   uint64_t buf[kMaxK];
@@ -430,9 +451,18 @@ STK_DEVICE void row(const TopKParams& p, int64_t r, Smem& sm) {
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (uint32_t b = tid; b < 256; b += kBlock) sm.hist[b] = 0;
       stk::block_sync();
-      for (int64_t j = tid; j < n; j += kBlock) {
-        const uint32_t s = score_at<D>(src, j, rv, p);
-        if ((s & mask) == prefix) stk::atomic_add_u32_local(&sm.hist[(s >> shift) & 255u], 1u);
+      for (int64_t base = 0; base < n; base += kBlock * kHistItems) {
+        uint32_t sv[kHistItems];
+#pragma unroll
+        for (int it = 0; it < kHistItems; ++it) {  // all loads in flight first
+          const int64_t j = base + it * kBlock + tid;
+          sv[it] = j < n ? score_at<D>(src, j, rv, p) : 0u;
+        }
+#pragma unroll
+        for (int it = 0; it < kHistItems; ++it) {
+          const int64_t j = base + it * kBlock + tid;
+          wave_hist_add(sm.hist, (sv[it] >> shift) & 255u, j < n && (sv[it] & mask) == prefix);
+        }
       }
       stk::block_sync();
       if (wave == 0) {
@@ -461,17 +491,28 @@ STK_DEVICE void row(const TopKParams& p, int64_t r, Smem& sm) {
   const uint32_t skip = c_eq - needed;  // "high" skips the first c_eq - m
   uint32_t carry_gt = 0, carry_eq = 0;
   int par = 0;
-  for (int64_t base = 0; base < n; base += kBlock) {
-    const int64_t j = base + tid;
-    const bool valid = j < n;
-    const uint32_t s = valid ? score_at<D>(src, j, rv, p) : 0u;
-    const bool gt = valid && (s & mask) > prefix;
-    const bool eq = valid && (s & mask) == prefix;
-    const stk::wave_mask_t mgt = stk::wave_ballot(gt);
-    const stk::wave_mask_t meq = stk::wave_ballot(eq);
-    if (lane == 0) {
-      sm.wsum[par][0][wave] = stk::popc(mgt);
-      sm.wsum[par][1][wave] = stk::popc(meq);
+  // Each work-item owns kScanItems consecutive columns of a chunk, so the
+  // block-wide prefix is over per-item counts: one barrier per chunk.
+  for (int64_t base = 0; base < n; base += (int64_t)kBlock * kScanItems) {
+    const int64_t j0 = base + (int64_t)tid * kScanItems;
+    uint32_t sv[kScanItems];
+    uint32_t cgt = 0, ceq = 0;
+#pragma unroll
+    for (int it = 0; it < kScanItems; ++it) {
+      const int64_t j = j0 + it;
+      sv[it] = j < n ? score_at<D>(src, j, rv, p) : 0u;
+    }
+#pragma unroll
+    for (int it = 0; it < kScanItems; ++it) {
+      const bool valid = j0 + it < n;
+      cgt += (valid && (sv[it] & mask) > prefix) ? 1u : 0u;
+      ceq += (valid && (sv[it] & mask) == prefix) ? 1u : 0u;
+    }
+    const uint32_t igt = stk::wave_inclusive_sum(cgt);
+    const uint32_t ieq = stk::wave_inclusive_sum(ceq);
+    if (lane == W - 1) {
+      sm.wsum[par][0][wave] = igt;
+      sm.wsum[par][1][wave] = ieq;
     }
     stk::block_sync();
     uint32_t off_gt = 0, off_eq = 0, tot_gt = 0, tot_eq = 0;
@@ -484,18 +525,28 @@ STK_DEVICE void row(const TopKParams& p, int64_t r, Smem& sm) {
       tot_gt += a;
       tot_eq += b;
     }
-    const stk::wave_mask_t lt = stk::lanemask_lt();
-    const uint32_t gt_before = carry_gt + off_gt + stk::popc(mgt & lt);
-    const uint32_t e = carry_eq + off_eq + stk::popc(meq & lt);  // ordinal among equals
-    const bool take_eq = low ? e < needed : e >= skip;
-    const uint32_t eq_before = low ? (e < needed ? e : needed) : (e > skip ? e - skip : 0u);
-    if (gt || (eq && take_eq)) {
-      const uint32_t pos = gt_before + eq_before;
-      const uint32_t g = (uint32_t)(j * p.scale + p.offset);
-      if (rank_order) {
-        sm.buf[pos] = sk::make_key(s, g, p.tie);
-      } else {
-        write_slot(p, r, pos, (int32_t)g, sk::unordered_u32(s));
+    uint32_t gcount = carry_gt + off_gt + igt - cgt;  // columns above, before this one
+    uint32_t e = carry_eq + off_eq + ieq - ceq;       // ordinal among the equal ones
+    if (cgt + ceq) {
+#pragma unroll
+      for (int it = 0; it < kScanItems; ++it) {
+        const int64_t j = j0 + it;
+        const bool valid = j < n;
+        const bool gt = valid && (sv[it] & mask) > prefix;
+        const bool eq = valid && (sv[it] & mask) == prefix;
+        const bool take = gt || (eq && (low ? e < needed : e >= skip));
+        if (take) {
+          const uint32_t eq_before = low ? (e < needed ? e : needed) : (e > skip ? e - skip : 0u);
+          const uint32_t pos = gcount + eq_before;
+          const uint32_t g = (uint32_t)(j * p.scale + p.offset);
+          if (rank_order) {
+            sm.buf[pos] = sk::make_key(sv[it], g, p.tie);
+          } else {
+            write_slot(p, r, pos, (int32_t)g, sk::unordered_u32(sv[it]));
+          }
+        }
+        gcount += gt ? 1u : 0u;
+        e += eq ? 1u : 0u;
       }
     }
     carry_gt += tot_gt;
