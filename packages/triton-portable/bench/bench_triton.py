@@ -25,6 +25,7 @@ from sparsetopk_triton import launch
 
 BE = sparsetopk_triton.make_backend()
 L2_BYTES = 50 * 2**20
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: TRITON_INTERPRET smoke of this script
 
 
 def make_call(x, k, lengths=None, order="rank", tie="low"):
@@ -32,20 +33,77 @@ def make_call(x, k, lengths=None, order="rank", tie="low"):
                     force_begin=0, force_end=0, tie_break=tie, order=order, return_values=False)
 
 
-def oracle_keys_topk(x, k, lengths):
-    """Exact top-k by int64 key (low tie), rank order, on the GPU."""
+def oracle_keys_topk(x, k, lengths, tie="low", order="rank", with_values=False):
+    """Exact top-k by int64 canonical key, on the GPU (independent of the kernels)."""
     xf = x.float()
     xf = torch.where(xf == 0, torch.zeros_like(xf), xf)
     xf = torch.where(torch.isnan(xf), torch.full_like(xf, float("-inf")), xf)
     b = xf.view(torch.int32).long()
     s = torch.where(b < 0, b ^ 0x7FFFFFFF, b)
     g = torch.arange(x.shape[1], device=x.device)
-    key = (s << 32) | (0xFFFFFFFF - g)
+    key = (s << 32) | ((0xFFFFFFFF - g) if tie == "low" else g)
     if lengths is not None:
         key = torch.where(g[None, :] < lengths[:, None].long(), key, torch.full_like(key, -(2**63)))
     top = torch.topk(key, k, dim=1).values
-    idx = (0xFFFFFFFF - (top & 0xFFFFFFFF)).to(torch.int32)
-    return torch.where(top == -(2**63), torch.full_like(idx, -1), idx)
+    lo = top & 0xFFFFFFFF
+    idx = ((0xFFFFFFFF - lo) if tie == "low" else lo).to(torch.int32)
+    empty = top == -(2**63)
+    idx = torch.where(empty, torch.full_like(idx, -1), idx)
+    sv = (top >> 32)
+    vb = torch.where(sv < 0, sv ^ 0x7FFFFFFF, sv).to(torch.int32)
+    val = torch.where(empty, torch.full_like(xf[:, :1].expand(-1, k), float("-inf")), vb.view(torch.float32))
+    if order == "index":
+        ik = torch.where(empty, torch.full_like(top, 2**62), idx.long())
+        o = torch.argsort(ik, dim=1)
+        idx, val = torch.gather(idx, 1, o), torch.gather(val, 1, o)
+    return (idx, val) if with_values else idx
+
+
+def fuzz(total_rows, seed=0):
+    """Random rows (narrow score bands, ties, NaN/inf/-0, lengths) vs the GPU oracle."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    bad = 0
+    done = {}
+    shapes = [(8192, 1344, 16), (4096, 3000, 64), (2048, 8300, 7), (512, 20000, 2048), (1024, 5000, 300)]
+    if DEV == "cpu":
+        shapes = [(3, 300, 16), (2, 1100, 7), (2, 500, 200)]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        n = 0
+        it = 0
+        while n < total_rows:
+            rows, width, k = shapes[it % len(shapes)]
+            it += 1
+            mode = it % 4
+            if mode == 0:  # narrow band: thousands of values within a few ulps
+                x = 1.0 + torch.randint(-40, 40, (rows, width), device=DEV, generator=gen).float() * 2**-20
+            elif mode == 1:  # coarse grid: many exact ties
+                x = torch.randint(-3, 4, (rows, width), device=DEV, generator=gen).float()
+            elif mode == 2:
+                x = torch.randn(rows, width, device=DEV, generator=gen)
+            else:
+                x = torch.randn(rows, width, device=DEV, generator=gen)
+                r = torch.rand(rows, width, device=DEV, generator=gen)
+                x[r < 0.02] = float("nan")
+                x[(r > 0.02) & (r < 0.04)] = float("inf")
+                x[(r > 0.04) & (r < 0.06)] = -0.0
+                x[(r > 0.06) & (r < 0.08)] = 0.0
+            x = x.to(dtype)
+            lens = torch.randint(-5, width + 50, (rows,), device=DEV, generator=gen).to(torch.int32)
+            tie = ("low", "high")[it % 2]
+            order = ("rank", "index")[(it // 2) % 2]
+            call = TopKCall(scores=x, k=k, lengths=lens, starts=None, index_scale=1, index_offset=0,
+                            force_begin=0, force_end=0, tie_break=tie, order=order, return_values=True)
+            oi = torch.empty(rows, k, dtype=torch.int32, device=DEV)
+            ov = torch.empty(rows, k, device=DEV)
+            BE.topk(call, oi, ov)
+            ri, rv = oracle_keys_topk(x, k, lens, tie, order, with_values=True)
+            mism = int(((oi != ri).any(1) | (ov.view(torch.int32) != rv.view(torch.int32)).any(1)).sum())
+            bad += mism
+            n += rows
+        done[str(dtype)] = n
+        print(f"fuzz {dtype}: {n} rows, mismatching rows so far {bad}", flush=True)
+    print(f"FUZZ: {sum(done.values())} rows, {bad} mismatching rows", flush=True)
+    return bad
 
 
 def time_graph(fn_list, reps=15):
@@ -79,7 +137,7 @@ WARM_ONLY = False
 
 
 def cell(name, rows, width, k, order, length=None, stride=None, check=True):
-    dev = "cuda"
+    dev = DEV
     stride = stride or width
     if WARM_ONLY:  # compile the variants this cell uses, no timing
         x = torch.randn(rows, stride, device=dev)[:, :width]
@@ -136,17 +194,20 @@ def main(argv=None):
     ap.add_argument("--sweep", action="store_true", help="also try a few launch configs")
     ap.add_argument("--json", default=None)
     ap.add_argument("--warm", action="store_true", help="only compile the kernels the cells use")
+    ap.add_argument("--fuzz", type=int, default=0, help="fuzz this many rows per dtype, then exit")
     a = ap.parse_args(argv)
+    if a.fuzz:
+        return 1 if fuzz(a.fuzz) else 0
     global WARM_ONLY
     WARM_ONLY = a.warm
-    print("device:", torch.cuda.get_device_name(), "triton", __import__("triton").__version__,
-          "torch", torch.__version__, flush=True)
-    print("props:", launch.device_props(torch.empty(1, device="cuda")), flush=True)
+    if DEV == "cuda":
+        print("device:", torch.cuda.get_device_name(), "triton", __import__("triton").__version__,
+              "torch", torch.__version__, flush=True)
+    print("props:", launch.device_props(torch.empty(1, device=DEV)), flush=True)
     recs = []
     configs = [{}]
-    if a.sweep:
-        configs += [{"stream_tile": 2048}, {"stream_tile": 8192}, {"programs_per_sm": 4},
-                    {"radix_tile": 4096}]
+    if a.sweep:  # small cells: bigger stream tile; large cells: more programs per SM
+        configs += [{"stream_tile": 8192}, {"programs_per_sm": 4}]
     base = dict(launch.CONFIG)
     for cfg in configs:
         launch.CONFIG.clear()
@@ -155,7 +216,7 @@ def main(argv=None):
         t0 = time.time()
         if "small" in a.cells:
             for name, rows, width, k in SMALL:
-                if cfg and set(cfg) <= {"radix_tile"}:
+                if cfg and set(cfg) <= {"radix_tile", "programs_per_sm"}:
                     continue
                 r = cell(name, rows, width, k, "rank")
                 r["config"] = cfg

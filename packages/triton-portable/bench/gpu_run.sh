@@ -1,33 +1,48 @@
 #!/bin/bash
 # One device run: install; then, in parallel (compiles dominate, one process per core),
-# the backend tests, each conformance file and a compile-only pass over the benchmark
-# cells; then the timed benchmark alone on a quiet GPU.
+# the backend tests, each conformance file, a fuzz run and a compile-only pass over the
+# benchmark cells; then the timed benchmark alone on a quiet GPU.
 # Usage (repo root, GPU machine): bash packages/triton-portable/bench/gpu_run.sh [budget_s] [phaseA_s]
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 BUDGET=${1:-285}
 PHASE_A=${2:-150}
+FUZZ_ROWS=${FUZZ_ROWS:-1000000}
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-pip install --no-build-isolation --no-deps -q -e shared -e packages/triton-portable > "$OUT/install.log" 2>&1 || tail -20 "$OUT/install.log"
+L="$OUT/install.log"
+# "python -m pip": a bare "pip" may belong to another interpreter
+python -c "import sparsetopk" 2>/dev/null || python -m pip install --no-build-isolation --no-deps -e shared >> "$L" 2>&1
+python -c "import sparsetopk" 2>/dev/null || export PYTHONPATH="$PWD/shared/src${PYTHONPATH:+:$PYTHONPATH}"
+python -m pip install --no-build-isolation --no-deps -e packages/triton-portable >> "$L" 2>&1 || { echo "pip install failed:"; tail -5 "$L"; }
+if ! python -c "import sparsetopk_triton" 2>/dev/null; then
+  # stage the pure-Python package with its entry point on PYTHONPATH
+  STAGE=/tmp/stk-triton-stage; D="$STAGE/sparsetopk_triton_portable-0.1.0.dist-info"; mkdir -p "$D"
+  printf 'Metadata-Version: 2.1\nName: sparsetopk-triton-portable\nVersion: 0.1.0\n' > "$D/METADATA"
+  printf '[sparsetopk.backends]\ntriton-portable = sparsetopk_triton:make_backend\n' > "$D/entry_points.txt"
+  export PYTHONPATH="$PWD/packages/triton-portable/src:$STAGE${PYTHONPATH:+:$PYTHONPATH}"
+  echo "staged on PYTHONPATH"
+fi
+python -c "import triton, torch, sparsetopk, sparsetopk_triton; print('triton', triton.__version__, 'torch', torch.__version__, 'backends', sorted(sparsetopk.registry.backends()))" 2>&1 | tail -3
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-python -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 export TRITON_CACHE_DIR=/tmp/sparsetopk_triton_cache
 B=packages/triton-portable/bench/bench_triton.py
+mkdir -p /tmp/stk_logs; rm -f /tmp/stk_logs/*
 pids=()
-timeout $PHASE_A python $B ${BENCH_ARGS:-} --warm > "$OUT/warm.log" 2>&1 & pids+=($!)
-timeout $PHASE_A python -m pytest -q packages/triton-portable/tests -p no:cacheprovider > "$OUT/pytest_backend.log" 2>&1 & pids+=($!)
+timeout $PHASE_A python $B ${BENCH_ARGS:-} --warm > /tmp/stk_logs/warm.log 2>&1 & pids+=($!)
+timeout $PHASE_A python $B --fuzz $FUZZ_ROWS > /tmp/stk_logs/fuzz.log 2>&1 & pids+=($!)
+timeout $PHASE_A python -m pytest -q packages/triton-portable/tests -p no:cacheprovider > /tmp/stk_logs/backend_tests.log 2>&1 & pids+=($!)
 if [ -d tests/conformance ]; then
   for f in tests/conformance/test_*.py; do
     n=$(basename $f .py)
-    timeout $PHASE_A python -m pytest -q $f --backend triton-portable -p no:cacheprovider > "$OUT/conf_$n.log" 2>&1 & pids+=($!)
+    timeout $PHASE_A python -m pytest -q $f --backend triton-portable -p no:cacheprovider > /tmp/stk_logs/conf_$n.log 2>&1 & pids+=($!)
   done
 fi
-for p in "${pids[@]}"; do wait $p; done
+for p in "${pids[@]}"; do wait $p; echo "pid $p rc=$?"; done
 echo "== phase A done at $(( $(date +%s) - T0 ))s"
-grep -h "passed\|failed\|error" "$OUT"/pytest_backend.log "$OUT"/conf_*.log | tail -20
-for f in "$OUT"/pytest_backend.log "$OUT"/conf_*.log; do echo "-- $f"; grep -E "^(FAILED|ERROR)|Error|assert" "$f" | head -8; done
-tail -3 "$OUT/warm.log"
+for f in /tmp/stk_logs/*.log; do echo "##### $f"; cat "$f"; done > "$OUT/phaseA.log" 2>&1
+for f in /tmp/stk_logs/backend_tests.log /tmp/stk_logs/conf_*.log; do echo "-- $(basename $f): $(tail -1 $f)"; grep -E "^(FAILED|ERROR)" "$f" | head -6; done
+tail -4 /tmp/stk_logs/fuzz.log; tail -2 /tmp/stk_logs/warm.log
 echo "== timed benchmark (left $(left)s)"
 timeout $(( $(left) - 5 )) python $B ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
 grep -v "^ " "$OUT/bench.log" | tail -40

@@ -21,13 +21,13 @@ from . import kernels as K
 CONFIG = {
     "smallk_max": 128,  # k <= this: stream scheme; else radix scheme
     "stream_tile": 4096,  # columns per stream tile (compiled)
-    "stream_tile_interp": 1024,  # columns per tile under TRITON_INTERPRET
+    "stream_tile_interp": 4096,  # columns per tile under TRITON_INTERPRET
     "radix_tile": 2048,
-    "radix_tile_interp": 1024,
+    "radix_tile_interp": 2048,
     "radix_min_chunk": 8192,  # smallest column range one radix program owns
-    "radix_min_chunk_interp": 1024,
+    "radix_min_chunk_interp": 1 << 30,  # interpreter: no row split by default (pure overhead there)
     "stream_min_chunk": 8192,
-    "stream_min_chunk_interp": 1024,
+    "stream_min_chunk_interp": 1 << 30,
     "programs_per_sm": 2,  # split long rows until rows * nsplit >= this * SMs
     "merge_max_np": 16384,  # largest next_pow2(R * k_in) merged in one program
 }
@@ -231,8 +231,8 @@ def _topk_stream(call, indices, values):
     sms, warp = device_props(call.scores)
     KP = max(2, triton.next_power_of_2(k))  # tl.topk needs k >= 2
     tile = _cfg("stream_tile")
-    # few distinct tile sizes (each is a compiled variant): 256, 1024, 2048, tile
-    BLOCK = min(tile, next((b for b in (256, 1024, 2048) if width <= b), tile))
+    # few distinct tile sizes (each is a compiled variant): 256, 1024, 2048, 4096, tile
+    BLOCK = min(tile, next((b for b in (256, 1024, 2048, 4096) if width <= b), tile))
     BLOCK = max(KP, BLOCK)
     nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms)
     gargs, gkw = _geometry_args(call)
