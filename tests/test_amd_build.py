@@ -98,6 +98,16 @@ def test_code_objects_present():
         assert data[:4] == b"\x7fELF", arch
 
 
+def test_build_without_clang_records_why(tmp_path, monkeypatch):
+    """No HIP clang: the build step does not fail, and the probe can say why."""
+    monkeypatch.delenv("SPARSETOPK_AMD_CLANG", raising=False)
+    monkeypatch.setattr(build, "find_tool", lambda candidates: None)
+    st = build.build_code_objects(tmp_path)
+    assert not st["ok"] and "clang" in st["reason"]
+    why = build.code_objects_missing(tmp_path)
+    assert why and "gfx950" in why and "clang" in why
+
+
 @pytest.mark.parametrize("arch", build.ARCHS)
 def test_code_object_metadata(arch, capsys):
     if build.code_objects_missing():

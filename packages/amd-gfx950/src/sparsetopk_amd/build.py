@@ -59,7 +59,8 @@ def include_dirs() -> List[Path]:
     if env:
         out.append(Path(env))
     # repo checkout: packages/amd-gfx950/src/sparsetopk_amd -> shared/include
-    out.append(PKG_DIR.parents[3] / "shared" / "include")
+    if len(PKG_DIR.parents) > 3:
+        out.append(PKG_DIR.parents[3] / "shared" / "include")
     try:  # the core installed editable from its tree: shared/src/sparsetopk -> shared/include
         import importlib.util
 
