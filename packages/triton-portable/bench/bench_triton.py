@@ -207,7 +207,7 @@ def main(argv=None):
     recs = []
     configs = [{}]
     if a.sweep:  # small cells: bigger stream tile; large cells: more programs per SM
-        configs += [{"stream_tile": 8192}, {"programs_per_sm": 4}]
+        configs += [{"stream_tile": 8192}, {"radix_programs_per_sm": 8}]
     base = dict(launch.CONFIG)
     for cfg in configs:
         launch.CONFIG.clear()
@@ -216,7 +216,7 @@ def main(argv=None):
         t0 = time.time()
         if "small" in a.cells:
             for name, rows, width, k in SMALL:
-                if cfg and set(cfg) <= {"radix_tile", "programs_per_sm"}:
+                if cfg and set(cfg) <= {"radix_tile", "radix_programs_per_sm"}:
                     continue
                 r = cell(name, rows, width, k, "rank")
                 r["config"] = cfg
