@@ -142,7 +142,7 @@ def test_basic(scheme, dtype, kind):
 @pytest.mark.parametrize("order", ["rank", "index", "any"])
 def test_options(scheme, order):
     gen = torch.Generator().manual_seed(7)
-    rows, width = 6, (700 if INTERP else 20000)
+    rows, width = 6, (400 if INTERP else 20000)
     buf = _scores(rows, width + 50, torch.float32, "ties", gen)
     x = buf[:, :width]  # row stride > width
     lens = torch.tensor([0, 5, width // 3, width, width * 5, -4], dtype=torch.int64, device=DEV)
