@@ -22,7 +22,6 @@ import time
 import torch
 
 import sparsetopk
-from sparsetopk.validation import make_topk_call
 
 BK = "nvidia-sm100"
 REF = "reference"

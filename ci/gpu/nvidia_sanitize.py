@@ -1,7 +1,6 @@
 """A small, representative nvidia-sm100 workload for compute-sanitizer:
 one-block rows (resident and streamed), small candidate finish, the split path
 (gather and the overflow fallback), rank sort, merge. Checks results too."""
-import math
 import sys
 
 import torch

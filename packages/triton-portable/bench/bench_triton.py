@@ -18,9 +18,8 @@ import time
 
 import torch
 
-from sparsetopk.protocol import TopKCall
-
 import sparsetopk_triton
+from sparsetopk.protocol import TopKCall
 from sparsetopk_triton import launch
 
 BE = sparsetopk_triton.make_backend()
@@ -177,7 +176,7 @@ def cell(name, rows, width, k, order, length=None, stride=None, check=True):
                us=round(t_ours, 2), torch_us=round(t_torch, 2), speedup=round(t_torch / t_ours, 2), exact=ok,
                nbuf=nbuf)
     print(json.dumps(rec), flush=True)
-    del bufs, xs, outs
+    bufs = xs = outs = None  # free the buffers (the closures above are done)
     torch.cuda.empty_cache()
     return rec
 

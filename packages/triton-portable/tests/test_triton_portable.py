@@ -17,9 +17,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import oracle  # noqa: E402
 
-from sparsetopk.protocol import MergeCall, TopKCall  # noqa: E402
-
 import sparsetopk_triton  # noqa: E402
+from sparsetopk.protocol import MergeCall, TopKCall  # noqa: E402
 from sparsetopk_triton import launch  # noqa: E402
 
 BE = sparsetopk_triton.make_backend()

@@ -148,7 +148,7 @@ if interpreted():
     _patch_lang_once_per_launch()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_props(device_type: str, index: int):
     """(SM/CU count, warp size) of a device, cached; (4, 32) under the interpreter."""
     if device_type == "cpu":
