@@ -64,7 +64,17 @@ def test_priority_then_k_limit(fakes):
     call = make_topk_call(torch.randn(2, 50), 4)
     assert registry.select(call) is fast
     call = make_topk_call(torch.randn(2, 50), 9)
-    assert registry.select(call).name == "reference"
+    assert registry.select(call).name != "fast"
+    assert registry.select(call) in registry.candidates(call)
+
+
+def test_interpreted_backends_serve_only_when_named(fakes):
+    slow = Fake("interp", priority=10_000)
+    slow.interpreted = True
+    fakes(slow)
+    call = make_topk_call(torch.randn(2, 50), 4)
+    assert registry.select(call).name != "interp"
+    assert registry.select(call, "interp") is slow
 
 
 def test_unavailable_is_never_picked(fakes):

@@ -36,6 +36,8 @@ def info(argv: Optional[List[str]] = None) -> int:
     for name, b in registry.backends().items():
         av = registry.availability(name)
         state = "available" if av else f"unavailable: {av.reason}"
+        if av and getattr(b, "interpreted", False):
+            state += " (interpreted: serves only when named)"
         print(f"  {name:18s} {getattr(b, 'version', '?'):10s} {state}")
         caps = getattr(b, "capabilities", None)
         if caps is not None:

@@ -145,17 +145,22 @@ def _timings(call: Call) -> Dict[str, float]:
     return {}
 
 
-def _serving(call: Call) -> List[Backend]:
+def _serving(call: Call, include_interpreted: bool = False) -> List[Backend]:
+    # An interpreted backend (Triton under TRITON_INTERPRET=1) is exact but
+    # thousands of times slower: it serves only when named, never by default.
     out = []
     for name, b in backends().items():
+        if getattr(b, "interpreted", False) and not include_interpreted:
+            continue
         if availability(name) and b.supports(call) is None:
             out.append(b)
     return out
 
 
-def candidates(call: Call) -> List[Backend]:
-    """Available backends that serve ``call``, best first."""
-    serving = _serving(call)
+def candidates(call: Call, include_interpreted: bool = False) -> List[Backend]:
+    """Available backends that serve ``call``, best first. Interpreted
+    backends are left out unless asked for (they serve only when named)."""
+    serving = _serving(call, include_interpreted)
     times = _timings(call)
     inf = float("inf")
     return sorted(serving, key=lambda b: (times.get(b.name, inf), -getattr(b, "priority", 0), b.name))

@@ -123,7 +123,7 @@ def run_cell(cell: Cell, cfg: RunConfig) -> dict:
     rec["alloc_bytes"] = inp.alloc_bytes
     try:
         call = _make_call(cell, inp.views[0], cfg)
-        cands = registry.candidates(call)
+        cands = registry.candidates(call, include_interpreted=True)
         rec["candidates"] = [b.name for b in cands]
     except Exception as exc:
         rec["error"] = f"registry failed: {_err(exc)}"
