@@ -8,16 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=()
-command -v clang++-22 >/dev/null || need+=(clang-22)
-command -v ld.lld-22 >/dev/null || need+=(lld-22)
-command -v llvm-readelf-22 >/dev/null || need+=(llvm-22)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-clang++-22 --version | head -1
+bash ci/install_toolchains.sh
 
 PY=${PY:-python3}
 # The package's own build step (the same one its setup.py hook runs).

@@ -25,12 +25,12 @@ Adapters:
 
 from __future__ import annotations
 
-import operator
 from typing import Optional, Tuple, Union
 
 import torch
 
 from .api import topk as _topk
+from .validation import as_int as _as_int
 
 __all__ = [
     "top_k_per_row_decode",
@@ -47,16 +47,6 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 # ---------------------------------------------------------------------------
 
 
-def _as_int(name: str, value, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a Python int, got bool {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _check_index_tensor(name: str, t, device: torch.device) -> torch.Tensor:

@@ -42,7 +42,6 @@ call with the same ``k``, options, local shape and dtype (a collective).
 
 from __future__ import annotations
 
-import operator
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -52,6 +51,7 @@ from .api import TopK
 from .api import merge as _merge
 from .api import topk as _topk
 from .protocol import INDEX_DTYPES, INT32_MAX, ORDERS, SCORE_DTYPES, TIE_BREAKS
+from .validation import as_int as _as_int
 
 __all__ = ["topk", "PendingTopK", "clear_buffers"]
 
@@ -96,16 +96,6 @@ def _buffer(tag: str, shape: Tuple[int, ...], dtype: torch.dtype, device: torch.
     return buf
 
 
-def _as_int(name: str, value, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a Python int, got bool {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 # ---------------------------------------------------------------------------

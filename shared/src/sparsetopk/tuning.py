@@ -133,14 +133,15 @@ def load_table(path) -> Optional[TuningTable]:
         return None
 
 
-def save_table(table: TuningTable, path=None) -> Path:
-    """Write atomically (temp file in the same folder, then rename)."""
-    path = Path(path) if path is not None else cache_path()
+def write_json_atomic(doc: dict, path, **dump_kw) -> Path:
+    """Write JSON through a temp file in the same folder, then rename: a
+    reader sees the old file or the new one, never half of one."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json", dir=str(path.parent))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".json", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(table.to_json(), f, indent=1, sort_keys=True)
+            json.dump(doc, f, indent=1, **dump_kw)
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
@@ -150,6 +151,11 @@ def save_table(table: TuningTable, path=None) -> Path:
             pass
         raise
     return path
+
+
+def save_table(table: TuningTable, path=None) -> Path:
+    """Write atomically (temp file in the same folder, then rename)."""
+    return write_json_atomic(table.to_json(), Path(path) if path is not None else cache_path(), sort_keys=True)
 
 
 def shipped_tables() -> List[TuningTable]:

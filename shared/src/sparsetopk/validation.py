@@ -25,17 +25,20 @@ from .protocol import (
 _DT = ", ".join(str(d).replace("torch.", "") for d in SCORE_DTYPES)
 
 
-def _int(name: str, value, *, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            value = operator.index(value)  # numpy ints, 0-d int tensors on CPU
-        except TypeError:
-            raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}") from None
+def as_int(name: str, value, minimum: Optional[int] = None) -> int:
+    """A Python int (numpy ints too; never bool), optionally >= minimum."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a Python int, got bool {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}") from None
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+_int = as_int
 
 
 def _choice(name: str, value, choices) -> str:

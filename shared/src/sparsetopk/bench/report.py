@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import platform
 import shlex
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import List, Optional
 
 import torch
 
+from .. import tuning
 from . import baselines as bl
 
 FORMAT = "sparsetopk-bench"
@@ -94,21 +93,7 @@ def host_info() -> dict:
 
 
 def write_json(doc: dict, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".bench-", suffix=".json", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=False, default=_default)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return tuning.write_json_atomic(doc, path, sort_keys=False, default=_default)
 
 
 def _default(o):
