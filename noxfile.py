@@ -69,7 +69,6 @@ def tests(session: nox.Session) -> None:
         _install_vendor(session, vendor)
         installed.append(vendor)
     session.run("sparsetopk", "info")
-    session.run("python", "-m", "pytest", "-q", "-ra", "tests", *session.posargs, env=env)
     # Package-local tests run on their own: they carry helper modules whose
     # names would clash with the suite's on one sys.path. The Triton package's
     # own tests force its split paths and take ~13 min under the interpreter:
@@ -80,6 +79,8 @@ def tests(session: nox.Session) -> None:
         path = os.path.join(VENDORS[vendor][0], "tests")
         if os.path.isdir(os.path.join(ROOT, path)):
             session.run("python", "-m", "pytest", "-q", "-ra", path, env=env)
+    # The core tests and the conformance suite last: their summary closes the log.
+    session.run("python", "-m", "pytest", "-q", "-ra", "tests", *session.posargs, env=env)
 
 
 def _vendor_suite(session: nox.Session, vendor: str) -> None:
