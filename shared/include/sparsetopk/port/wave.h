@@ -67,10 +67,16 @@ STK_DEVICE uint32_t lane_id() {
 #endif
 }
 STK_DEVICE wave_mask_t wave_ballot(bool p) {
+#if __has_builtin(__builtin_amdgcn_ballot_w64)
 #if STK_WAVE == 64
   return __builtin_amdgcn_ballot_w64(p);
 #else
   return __builtin_amdgcn_ballot_w32(p);
+#endif
+#else
+  // Older ROCm clang (e.g. ROCm 5.x's clang 15) lacks the ballot builtins;
+  // an integer compare "!= 0" (predicate 33) across the wave is the same mask.
+  return (wave_mask_t)__builtin_amdgcn_uicmp((unsigned)p, 0u, 33);
 #endif
 }
 STK_DEVICE uint32_t shfl(uint32_t v, uint32_t src) {
