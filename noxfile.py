@@ -29,7 +29,9 @@ TRITON = os.environ.get("SPARSETOPK_TRITON", "triton==3.6.0")
 VENDORS = {
     # session id: (package dir, extra pip requirements, environment for the suite)
     "nvidia": ("packages/nvidia-sm100", [], {}),
-    "amd": ("packages/amd-gfx950", [], {}),
+    # hip-python imports without ROCm and fails cleanly on first call: installed
+    # so the tests see the probe and loader behave on a machine without ROCm.
+    "amd": ("packages/amd-gfx950", ["hip-python"], {}),
     "triton": ("packages/triton-portable", [TRITON], {"TRITON_INTERPRET": "1"}),
 }
 BACKEND_NAMES = {"nvidia": "nvidia-sm100", "amd": "amd-gfx950", "triton": "triton-portable"}
