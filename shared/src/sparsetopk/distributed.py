@@ -50,8 +50,9 @@ import torch.distributed as dist
 from .api import TopK
 from .api import merge as _merge
 from .api import topk as _topk
-from .protocol import INDEX_DTYPES, INT32_MAX, ORDERS, SCORE_DTYPES, TIE_BREAKS
+from .protocol import INT32_MAX, ORDERS, TIE_BREAKS
 from .validation import as_int as _as_int
+from .validation import check_k, check_scores, choice, row_tensor
 
 __all__ = ["topk", "PendingTopK", "clear_buffers"]
 
@@ -257,27 +258,14 @@ def topk(
     rank = dist.get_rank(group)
     if rank < 0:
         raise ValueError("this process is not a member of group")
-    if not isinstance(local_scores, torch.Tensor):
-        raise TypeError(f"local_scores must be a torch.Tensor, got {type(local_scores).__name__}")
-    if local_scores.dim() != 2:
-        raise ValueError(f"local_scores must be 2-D [rows, W], got shape {list(local_scores.shape)}")
-    if local_scores.dtype not in SCORE_DTYPES:
-        raise TypeError(f"local_scores must have dtype float32, bfloat16 or float16, got {local_scores.dtype}")
-    rows, width = local_scores.shape
-    if width > 1 and local_scores.stride(1) != 1:
-        raise ValueError(f"local_scores must have inner stride 1, got strides {local_scores.stride()}")
+    rows, width = check_scores("local_scores", local_scores)
     device = local_scores.device
-    k = _as_int("k", k, minimum=1)
-    if k > INT32_MAX:
-        raise ValueError(f"k must be <= {INT32_MAX}, got {k}")
+    k = check_k(k)
     fb = _as_int("force_begin", force_begin, minimum=0)
     fe = _as_int("force_end", force_end, minimum=0)
-    if tie_break not in TIE_BREAKS:
-        raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}")
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    choice("tie_break", tie_break, TIE_BREAKS)
+    choice("order", order, ORDERS)
+    choice("layout", layout, LAYOUTS)
     if not isinstance(return_values, bool):
         raise TypeError(f"return_values must be a bool, got {type(return_values).__name__}")
     global_width = width * world
@@ -288,12 +276,7 @@ def topk(
         )
     if lengths is not None:
         if isinstance(lengths, torch.Tensor):
-            if lengths.dtype not in INDEX_DTYPES:
-                raise TypeError(f"lengths must have dtype int32 or int64, got {lengths.dtype}")
-            if lengths.dim() != 1 or lengths.shape[0] != rows:
-                raise ValueError(f"lengths must have shape [rows] = [{rows}], got {list(lengths.shape)}")
-            if lengths.device != device:
-                raise ValueError(f"lengths must be on local_scores' device {device}, got {lengths.device}")
+            lengths = row_tensor("lengths", lengths, rows, device)
         else:
             lengths = min(max(_as_int("lengths", lengths), 0), global_width)
     if not isinstance(async_op, bool):

@@ -41,13 +41,34 @@ def as_int(name: str, value, minimum: Optional[int] = None) -> int:
 _int = as_int
 
 
-def _choice(name: str, value, choices) -> str:
+def check_scores(name: str, t) -> tuple:
+    """A 2-D float32/bf16/fp16 tensor with inner stride 1; returns (rows, width)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D [rows, width], got {t.dim()}-D with shape {list(t.shape)}")
+    if t.dtype not in SCORE_DTYPES:
+        raise TypeError(f"{name} must have dtype {_DT}, got {t.dtype}")
+    rows, width = t.shape
+    if width > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have inner stride 1 (a row view is fine), got strides {t.stride()}")
+    return rows, width
+
+
+def check_k(k) -> int:
+    k = as_int("k", k, minimum=1)
+    if k > INT32_MAX:
+        raise ValueError(f"k must be <= {INT32_MAX}, got {k}")
+    return k
+
+
+def choice(name: str, value, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
     return value
 
 
-def _row_tensor(name: str, t, rows: int, device: torch.device) -> torch.Tensor:
+def row_tensor(name: str, t, rows: int, device: torch.device) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (int32/int64, shape [rows]) or None, got {type(t).__name__}")
     if t.dtype not in INDEX_DTYPES:
@@ -102,26 +123,16 @@ def make_topk_call(
     order="rank",
     return_values=False,
 ) -> TopKCall:
-    if not isinstance(scores, torch.Tensor):
-        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be 2-D [rows, width], got {scores.dim()}-D with shape {list(scores.shape)}")
-    if scores.dtype not in SCORE_DTYPES:
-        raise TypeError(f"scores must have dtype {_DT}, got {scores.dtype}")
-    rows, width = scores.shape
-    if width > 1 and scores.stride(1) != 1:
-        raise ValueError(f"scores must have inner stride 1 (a row view is fine), got strides {scores.stride()}")
-    k = _int("k", k, minimum=1)
-    if k > INT32_MAX:
-        raise ValueError(f"k must be <= {INT32_MAX}, got {k}")
+    rows, width = check_scores("scores", scores)
+    k = check_k(k)
     index_scale = _int("index_scale", index_scale, minimum=1)
     index_offset = _int("index_offset", index_offset)
     if not 0 <= index_offset < index_scale:
         raise ValueError(f"index_offset must be in [0, index_scale) = [0, {index_scale}), got {index_offset}")
     force_begin = _int("force_begin", force_begin, minimum=0)
     force_end = _int("force_end", force_end, minimum=0)
-    tie_break = _choice("tie_break", tie_break, TIE_BREAKS)
-    order = _choice("order", order, ORDERS)
+    tie_break = choice("tie_break", tie_break, TIE_BREAKS)
+    order = choice("order", order, ORDERS)
     if not isinstance(return_values, bool):
         raise TypeError(f"return_values must be a bool, got {type(return_values).__name__}")
     # The largest global index a row can produce must fit int32 (-1 is padding),
@@ -132,12 +143,12 @@ def make_topk_call(
             f"{width * index_scale - 1}; int32 outputs accept at most {INT32_MAX - 1}"
         )
     if starts is not None:
-        starts = _row_tensor("starts", starts, rows, scores.device)
+        starts = row_tensor("starts", starts, rows, scores.device)
     if lengths is not None and not isinstance(lengths, torch.Tensor):
         lengths = _int("lengths", lengths)
         lengths = min(max(lengths, 0), width * index_scale)
     elif lengths is not None:
-        lengths = _row_tensor("lengths", lengths, rows, scores.device)
+        lengths = row_tensor("lengths", lengths, rows, scores.device)
     return TopKCall(
         scores=scores,
         k=k,
@@ -168,9 +179,7 @@ def make_merge_call(indices, values, k, *, tie_break="low", order="rank") -> Mer
         raise ValueError(f"values must have the shape of indices {list(indices.shape)}, got {list(values.shape)}")
     if values.device != indices.device:
         raise ValueError(f"values must be on the device of indices ({indices.device}), got {values.device}")
-    k = _int("k", k, minimum=1)
-    if k > INT32_MAX:
-        raise ValueError(f"k must be <= {INT32_MAX}, got {k}")
-    tie_break = _choice("tie_break", tie_break, TIE_BREAKS)
-    order = _choice("order", order, ORDERS)
+    k = check_k(k)
+    tie_break = choice("tie_break", tie_break, TIE_BREAKS)
+    order = choice("order", order, ORDERS)
     return MergeCall(indices=indices.contiguous(), values=values.contiguous(), k=k, tie_break=tie_break, order=order)
