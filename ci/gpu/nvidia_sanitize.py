@@ -36,6 +36,14 @@ long = torch.randn(4, 1 << 17, generator=g).to(dev)
 long[1, 1000:6000] = 100.0
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 chk(band[:, :65536].contiguous(), 4096, order="index")
+# warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback, k=64 (two values per lane)
+dec = torch.randn(64, 1344, generator=g).to(dev)
+chk(dec, 16)
+chk(dec, 64, order="index", tie_break="high")
+skew = torch.randn(4, 8192, generator=g)
+skew[:, (torch.arange(8192) % 128) < 4] += 50.0
+chk(skew.to(dev), 16)
+chk(torch.zeros(3, 3000, device=dev), 33, order="index")
 ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").indices for s in range(2)], 1)
 vv = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,

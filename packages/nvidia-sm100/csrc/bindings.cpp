@@ -64,6 +64,8 @@ PYBIND11_MODULE(_C, m) {
         Plan plan = plan_topk(p, dev);
         py::dict d;
         d["split"] = plan.split;
+        d["warp_wpb"] = plan.warp_wpb;
+        d["warp_m"] = plan.warp_m;
         d["block"] = plan.block;
         d["smem"] = plan.smem;
         d["chunks"] = plan.ws.chunks;

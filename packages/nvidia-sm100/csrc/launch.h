@@ -38,6 +38,8 @@ struct SplitWs {
 
 struct Plan {
   bool split = false;
+  int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 64), this many warps per block
+  int warp_m = 1;    // lane values kept per lane (1: k <= 32, 2: k <= 64)
   int block = 256;
   int smem = 0;
   SplitWs ws{};

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -52,6 +54,10 @@ __device__ __forceinline__ OutRow make_out(const TopkParams& p, int64_t r) {
   o.tie = p.tie;
   return o;
 }
+
+}  // namespace stk_nv
+#include "topk_warp.cuh"
+namespace stk_nv {
 
 struct SmemLayout {
   uint32_t* hist;
@@ -428,7 +434,13 @@ static size_t fixed_smem(const TopkParams& p) {
 
 template <typename T>
 static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
-  if (plan.split) {
+  if (plan.warp_wpb > 0) {
+    const unsigned blocks = unsigned((p.rows + plan.warp_wpb - 1) / plan.warp_wpb);
+    if (plan.warp_m == 1)
+      topk_warp_kernel<T, 1><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
+    else
+      topk_warp_kernel<T, 2><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
+  } else if (plan.split) {
     SplitWs ws = plan.ws;
     check(cudaMemsetAsync(ws.hist, 0, size_t(p.rows) * kMaxBins * 4, stream), "memset");
     dim3 g2(ws.chunks, unsigned(p.rows));
@@ -442,6 +454,19 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
   check(cudaGetLastError(), "kernel launch");
 }
 
+// SPARSETOPK_NV_PATH=block|warp overrides the small-k path choice (tests run
+// the conformance suite both ways); unset: chosen from the shape.
+static int forced_path() {
+  static const int v = [] {
+    const char* e = std::getenv("SPARSETOPK_NV_PATH");
+    if (e == nullptr) return 0;
+    if (std::strcmp(e, "block") == 0) return 1;
+    if (std::strcmp(e, "warp") == 0) return 2;
+    return 0;
+  }();
+  return v;
+}
+
 Plan plan_topk(TopkParams& p, int dev) {
   const DevInfo& d = dev_info(dev);
   Plan plan;
@@ -452,6 +477,18 @@ Plan plan_topk(TopkParams& p, int dev) {
   const int64_t max_n = W;
   const bool split = p.rows <= 2 * d.sms && max_n >= 32768 && p.rows * ((max_n + 32767) / 32768) >= 8;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
+  // k <= 64: one warp per row (one read, no block syncs) unless a few very
+  // long rows need more than one warp's bandwidth each
+  const int fp = forced_path();
+  const bool warp = k <= 64 && fp != 1 && (fp == 2 || (!split && (W <= 16384 || p.rows >= 8 * d.sms)));
+  if (warp) {
+    p.cand_cap = kWarpCap;
+    p.res_cap = 0;
+    plan.warp_m = k <= 32 ? 1 : 2;
+    plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
+    plan.block = 32 * plan.warp_wpb;
+    return plan;
+  }
   if (split) {
     p.cand_cap = 16384;
     p.res_cap = 0;
@@ -515,6 +552,22 @@ void launch_merge(MergeParams p, int dev, uintptr_t stream) {
   dev_info(dev);
   if (p.rows == 0) return;
   const int N = p.R * p.k_in;
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  if (std::max(N, p.k) <= 256 && forced_path() != 1) {
+    // one warp per row
+    const int need = std::max(N, p.k);
+    const unsigned blocks = unsigned((p.rows + 3) / 4);
+    if (need <= 32)
+      merge_warp_kernel<1><<<blocks, 128, 0, st>>>(p);
+    else if (need <= 64)
+      merge_warp_kernel<2><<<blocks, 128, 0, st>>>(p);
+    else if (need <= 128)
+      merge_warp_kernel<4><<<blocks, 128, 0, st>>>(p);
+    else
+      merge_warp_kernel<8><<<blocks, 128, 0, st>>>(p);
+    check(cudaGetLastError(), "merge launch");
+    return;
+  }
   p.n_pad = pow2_at_least(std::max(N, 2));
   p.out_cap = pow2_at_least(std::max(p.k, 1));
   const int block = 1024;

@@ -56,6 +56,15 @@ STK_HD uint32_t canonical_bits(uint32_t bits) {
   return bits;
 }
 
+// ordered_u32(canonical_bits(bits)) in a few branch-free operations (hot
+// loops): order first, then map NaN (above ordered +inf, or below ordered
+// -inf) to ordered -inf and ordered -0 to ordered +0.
+STK_HD uint32_t ordered_canonical_u32(uint32_t bits) {
+  uint32_t u = bits ^ (uint32_t(int32_t(bits) >> 31) | kSignBit);
+  u = (u - kOrderedNegInf) > (kOrderedPosInf - kOrderedNegInf) ? kOrderedNegInf : u;
+  return u == 0x7fffffffu ? kSignBit : u;
+}
+
 // bfloat16 / float16 widen exactly to float32; callers convert first, then
 // call canonical_bits. These helpers keep the widening in one place.
 STK_HD uint32_t bf16_to_f32_bits(uint16_t h) { return uint32_t(h) << 16; }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call for nvidia-sm100 kernel work: install the carried wheel (or
+# build), the package's GPU tests, anchor/icp timings, the conformance suite
+# (shape-chosen paths, then SPARSETOPK_NV_PATH=block), fuzz, sanitizers.
+# Logs: $OUT/r.tgz. Stages as arguments (default: all).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+R=${OUT:-$PWD/gpu-out}/r; mkdir -p "$R"
+PY=${PY:-python}
+stages=${*:-"pkg bench suite block fuzz sanitize"}
+has() { [[ " $stages " == *" $1 "* ]]; }
+OUT="$R" BACKENDS=nvidia-sm100 bash ci/gpu/run_all.sh install > "$R/install.log" 2>&1 || tail -5 "$R/install.log"
+if has pkg; then
+  timeout 150 $PY -m pytest packages/nvidia-sm100/tests -q -x -p no:cacheprovider > "$R/pkg.log" 2>&1
+  echo "pkg tests rc=$? $(tail -1 "$R/pkg.log")"; grep -E "^(FAILED|E )" "$R/pkg.log" | head -20
+fi
+if has bench; then
+  timeout ${BENCH_TIMEOUT:-150} $PY -m sparsetopk bench --scenario ${BENCH_SCEN:-anchor,icp} --backend nvidia-sm100 --dtype float32 \
+    --dist normal --budget ${BENCH_BUDGET:-100} --no-eager --json "$R/bench.json" --markdown "$R/bench.md" > "$R/bench.log" 2>&1
+  echo "bench rc=$?"; grep -E "µs|us " "$R/bench.log" | head -60
+fi
+if has suite; then
+  OUT="$R" BACKENDS=nvidia-sm100 SUITE_TIMEOUT_S=${SUITE_TIMEOUT_S:-200} bash ci/gpu/run_all.sh suite > "$R/suite.log" 2>&1
+  grep -E "nvidia|RESULT|suite" "$R/suite.log" | tail -12
+fi
+if has block; then
+  SPARSETOPK_NV_PATH=block timeout 200 $PY -m pytest tests/conformance --backend nvidia-sm100 -q -x -p no:cacheprovider \
+    > "$R/suite-block.log" 2>&1; echo "suite (block path) rc=$? $(tail -1 "$R/suite-block.log")"
+fi
+if has fuzz; then
+  timeout 200 $PY ci/gpu/fuzz.py --backend nvidia-sm100 --rows ${FUZZ_ROWS:-1000000} --seconds ${FUZZ_SECONDS:-25} \
+    --json "$R/fuzz.json" > "$R/fuzz.log" 2>&1; echo "fuzz rc=$?"; grep -E "^FUZZ|MISMATCH" "$R/fuzz.log" | head -8
+fi
+if has sanitize; then
+  OUT="$R" SAN_TOOLS="${SAN_TOOLS:-memcheck racecheck}" bash ci/gpu/run_all.sh sanitize > "$R/san.log" 2>&1
+  grep -E "SUMMARY|sanitize|mismatch" "$R/san.log" | tail -6
+fi
+tar czf "$R/../r.tgz" -C "$R" . && rm -rf "$R"

@@ -1,0 +1,587 @@
+// Warp-per-row kernels for small k (decode rows) and small merges.
+//
+// topk_warp_kernel (k <= 64): one warp ranks one row in one read.
+//   Each lane keeps its M best ordered scores (M = 1 for k <= 32, else 2).
+//   After every 1024-column chunk the warp sorts the 32*M lane values; the
+//   k-th largest, T, is a lower bound of the row's k-th score (at least k
+//   distinct columns are >= T), so columns below T can never be selected and
+//   columns >= T are appended to a per-warp shared-memory buffer. T only
+//   rises, so later chunks append little. At the end the buffer is filtered
+//   by the final T and the survivors are sorted on the 64-bit key
+//   (ordered score << 32 | tie word of the row-local column j; j order is the
+//   global index order because g = j * scale + offset with scale >= 1).
+//   If the buffer overflows (rows built so one lane holds all the large
+//   scores, or many exact ties at T), the warp falls back to an exact radix
+//   select on the 64-bit key over the row (8 passes of 8 bits) and collects
+//   exactly the k keys >= the k-th key. Never a wrong answer, only slower.
+//
+// merge_warp_kernel (R * k_in <= 256, k <= 256): one warp per row. Sort
+//   (index, value) pairs, keep the highest value of each index, sort the keys,
+//   write the first k.
+//
+// Every output slot is written, nothing past a row's valid length matters
+// (columns at or past n_r are masked to "invalid" before any use), and the
+// only shared state is per warp, so no atomics decide any order.
+#pragma once
+
+#include "topk_kernels.cuh"
+
+namespace stk_nv {
+
+constexpr int kWarpCap = 256;    // survivor buffer per warp (64-bit keys)
+constexpr int kWarpChunk = 1024; // columns per chunk per warp
+constexpr int kWarpElems = 32;   // elements per lane per chunk
+constexpr int kWarpMaxWpb = 4;   // warps per block, at most
+
+__device__ __forceinline__ uint64_t shfl_xor64(uint64_t v, int m) {
+  const uint32_t lo = __shfl_xor_sync(0xffffffffu, uint32_t(v), m);
+  const uint32_t hi = __shfl_xor_sync(0xffffffffu, uint32_t(v >> 32), m);
+  return (uint64_t(hi) << 32) | lo;
+}
+
+__device__ __forceinline__ uint64_t shfl64(uint64_t v, int src) {
+  const uint32_t lo = __shfl_sync(0xffffffffu, uint32_t(v), src);
+  const uint32_t hi = __shfl_sync(0xffffffffu, uint32_t(v >> 32), src);
+  return (uint64_t(hi) << 32) | lo;
+}
+
+__device__ __forceinline__ uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+__device__ __forceinline__ uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+// Bitonic sort of 32*P values held P per lane (element e = lane*P + p).
+// DESC: element 0 ends up the largest.
+template <int P, bool DESC>
+__device__ __forceinline__ void warp_bitonic(uint64_t (&v)[P]) {
+  const int lane = threadIdx.x & 31;
+  constexpr int N = 32 * P;
+#pragma unroll
+  for (int s = 2; s <= N; s <<= 1) {
+#pragma unroll
+    for (int d = s >> 1; d > 0; d >>= 1) {
+      if (d >= P) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int e = lane * P + p;
+          const uint64_t o = shfl_xor64(v[p], d / P);
+          const bool up = ((e & s) == 0) == DESC;  // this block ends descending
+          const bool keep_max = ((e & d) == 0) == up;
+          v[p] = keep_max ? max64(v[p], o) : min64(v[p], o);
+        }
+      } else {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if ((p & d) == 0) {
+            const int q = p | d;
+            const int e = lane * P + p;
+            const bool up = ((e & s) == 0) == DESC;
+            const uint64_t hi = max64(v[p], v[q]), lo = min64(v[p], v[q]);
+            v[p] = up ? hi : lo;
+            v[q] = up ? lo : hi;
+          }
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ int warp_incl_scan(int x) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
+// One warp's view of its row.
+template <typename T>
+struct WarpRow {
+  using raw = typename Scalar<T>::raw;
+  static constexpr int kEpv = 16 / sizeof(raw);            // elements per 16-byte vector
+  static constexpr int kNv = kWarpElems / kEpv;             // vectors per lane per chunk
+  const raw* base;  // column 0 of the row
+  int64_t a0;       // first chunk starts here (<= 0; base + a0 is 16-byte aligned)
+  int64_t n;        // valid columns
+  int64_t jfb, jfe; // forced iff j < jfb or j >= jfe
+  bool vec;
+
+  __device__ void init(const raw* b, int64_t n_, const RowCtx& c) {
+    base = b;
+    n = n_;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(b) & 15u;
+    vec = (a % sizeof(raw)) == 0;
+    a0 = vec ? -int64_t(a / sizeof(raw)) : 0;
+    // forced iff g < force_begin or g >= L - force_end, with g = j*scale + offset
+    auto first_j_at_least = [&](int64_t gmin) -> int64_t {  // smallest j with g >= gmin
+      const int64_t t = gmin - c.offset;
+      const int64_t j = t <= 0 ? 0 : (t + c.scale - 1) / c.scale;
+      return j < n ? j : n;
+    };
+    jfb = first_j_at_least(c.force_begin);
+    jfe = c.length - c.force_end <= c.force_begin ? jfb : first_j_at_least(c.length - c.force_end);
+    if (jfe < jfb) jfe = jfb;
+  }
+  __device__ __forceinline__ int64_t chunks() const { return (n - a0 + kWarpChunk - 1) / kWarpChunk; }
+  __device__ __forceinline__ int64_t col(int64_t c, int v, int i) const {
+    return a0 + c * kWarpChunk + int64_t(v) * (32 * kEpv) + int64_t(threadIdx.x & 31) * kEpv + i;
+  }
+
+  // Raw 16-byte vectors of chunk c (positions outside [0, n) are not read).
+  __device__ __forceinline__ void load(int64_t c, uint4 (&r)[kNv]) const {
+#pragma unroll
+    for (int v = 0; v < kNv; ++v) {
+      const int64_t q = col(c, v, 0);
+      if (vec && q >= 0 && q + kEpv <= n) {
+        r[v] = __ldg(reinterpret_cast<const uint4*>(base + q));
+      } else {
+        union {
+          uint4 q4;
+          raw t[kEpv];
+        } w;
+#pragma unroll
+        for (int i = 0; i < kEpv; ++i) w.t[i] = (q + i >= 0 && q + i < n) ? base[q + i] : raw(0);
+        r[v] = w.q4;
+      }
+    }
+  }
+
+  // Ordered canonical scores of chunk c (0 = invalid, forcing applied).
+  __device__ __forceinline__ void convert(int64_t c, const uint4 (&r)[kNv], uint32_t (&u)[kWarpElems]) const {
+#pragma unroll
+    for (int v = 0; v < kNv; ++v) {
+      const uint32_t w[4] = {r[v].x, r[v].y, r[v].z, r[v].w};
+#pragma unroll
+      for (int i = 0; i < kEpv; ++i) {
+        uint32_t bits;
+        if (sizeof(raw) == 4)
+          bits = w[i];
+        else
+          bits = Scalar<T>::f32(raw((w[i / 2] >> (16 * (i & 1))) & 0xffffu));
+        u[v * kEpv + i] = stk::ordered_canonical_u32(bits);
+      }
+    }
+    const int64_t lo = a0 + c * kWarpChunk, hi = lo + kWarpChunk;
+    if (lo < 0 || hi > n) {  // edge chunk: mask positions outside [0, n)
+#pragma unroll
+      for (int v = 0; v < kNv; ++v)
+#pragma unroll
+        for (int i = 0; i < kEpv; ++i) {
+          const int64_t j = col(c, v, i);
+          if (j < 0 || j >= n) u[v * kEpv + i] = 0u;
+        }
+    }
+    if (lo < jfb || hi > jfe) {  // chunk meets a forced range
+#pragma unroll
+      for (int v = 0; v < kNv; ++v)
+#pragma unroll
+        for (int i = 0; i < kEpv; ++i) {
+          const int64_t j = col(c, v, i);
+          if (j >= 0 && j < n && (j < jfb || j >= jfe)) u[v * kEpv + i] = stk::kOrderedPosInf;
+        }
+    }
+  }
+};
+
+__device__ __forceinline__ uint64_t warp_key(uint32_t u, int64_t j, int tie) {
+  return stk::make_key(u, uint32_t(j), tie);
+}
+
+// Per-warp shared memory.
+struct __align__(16) WarpSmem {
+  uint64_t cand[kWarpCap];
+  uint32_t hist[256];  // radix fallback; lane values for the threshold
+};
+
+// Writes the row's output from the sorted keys (descending, P per lane).
+// Keys hold the row-local column j in their low word; 0 = empty.
+template <int P>
+__device__ __forceinline__ void warp_emit(uint64_t (&v)[P], int k, int order, int tie, const RowCtx& c,
+                                          const OutRow& out) {
+  const int lane = threadIdx.x & 31;
+  if (order == stk::kOrderIndex) {
+    // members are the first k sorted keys; re-sort them by ascending j
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int e = lane * P + p;
+      const uint64_t x = v[p];
+      const uint32_t j = stk::key_index(x, tie);
+      v[p] = (e < k && x != 0) ? ((uint64_t(0xffffffffu - j) << 32) | uint32_t(x >> 32)) : 0ull;
+    }
+    warp_bitonic<P, true>(v);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const uint64_t x = v[p];
+      const uint32_t j = 0xffffffffu - uint32_t(x >> 32);
+      v[p] = x ? stk::make_key(uint32_t(x), j, tie) : 0ull;
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int e = lane * P + p;
+    if (e < k) {
+      const uint64_t x = v[p];
+      if (x != 0) {
+        const int64_t j = stk::key_index(x, tie);
+        out.idx[e] = int32_t(j * c.scale + c.offset);
+        if (out.val) out.val[e] = __uint_as_float(stk::key_value_bits(x));
+      } else {
+        out.idx[e] = -1;
+        if (out.val) out.val[e] = -__int_as_float(0x7f800000);
+      }
+    }
+  }
+}
+
+// Sorts the first S keys of buf (S <= 32*P) and writes the output.
+template <int P>
+__device__ __forceinline__ void warp_sort_emit(const uint64_t* buf, int S, int k, int order, int tie,
+                                               const RowCtx& c, const OutRow& out) {
+  const int lane = threadIdx.x & 31;
+  uint64_t v[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int e = lane * P + p;
+    v[p] = e < S ? buf[e] : 0ull;
+  }
+  warp_bitonic<P, true>(v);
+  warp_emit<P>(v, k, order, tie, c, out);
+}
+
+__device__ __forceinline__ void warp_finish(const uint64_t* buf, int S, int k, int order, int tie,
+                                            const RowCtx& c, const OutRow& out) {
+  const int need = max(S, k);
+  if (need <= 32)
+    warp_sort_emit<1>(buf, S, k, order, tie, c, out);
+  else if (need <= 64)
+    warp_sort_emit<2>(buf, S, k, order, tie, c, out);
+  else if (need <= 128)
+    warp_sort_emit<4>(buf, S, k, order, tie, c, out);
+  else
+    warp_sort_emit<8>(buf, S, k, order, tie, c, out);
+}
+
+// Keeps the buffer entries whose ordered score is >= Tadm (order preserved).
+__device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm) {
+  const int lane = threadIdx.x & 31;
+  int out = 0;
+  for (int b = 0; b < cnt; b += 32) {
+    const int i = b + lane;
+    const uint64_t x = i < cnt ? buf[i] : 0ull;
+    const bool keep = i < cnt && uint32_t(x >> 32) >= Tadm;
+    const uint32_t bal = __ballot_sync(0xffffffffu, keep);
+    __syncwarp();
+    if (keep) buf[out + __popc(bal & ((1u << lane) - 1u))] = x;
+    out += __popc(bal);
+    __syncwarp();
+  }
+  return out;
+}
+
+// Exact fallback: radix select on the 64-bit key over the whole row, then the
+// k keys >= Tk are collected into buf. Returns their count (== k).
+template <typename T>
+__device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, WarpSmem& sm) {
+  const int lane = threadIdx.x & 31;
+  const int64_t nch = row.chunks();
+  uint64_t prefix = 0;
+  int kk = k;
+  int depth = 0;  // bits fixed so far
+  for (; depth < 64; depth += 8) {
+    for (int i = lane; i < 256; i += 32) sm.hist[i] = 0;
+    __syncwarp();
+    for (int64_t c = 0; c < nch; ++c) {
+      uint4 r[WarpRow<T>::kNv];
+      uint32_t u[kWarpElems];
+      row.load(c, r);
+      row.convert(c, r, u);
+#pragma unroll
+      for (int v = 0; v < WarpRow<T>::kNv; ++v)
+#pragma unroll
+        for (int i = 0; i < WarpRow<T>::kEpv; ++i) {
+          const uint32_t uu = u[v * WarpRow<T>::kEpv + i];
+          if (uu == 0) continue;
+          const uint64_t key = warp_key(uu, row.col(c, v, i), tie);
+          if (depth == 0 || (key >> (64 - depth)) == prefix)
+            atomicAdd(&sm.hist[uint32_t(key >> (56 - depth)) & 255u], 1u);
+        }
+    }
+    __syncwarp();
+    // lane L holds bins 255-8L .. 248-8L (descending)
+    uint32_t h[8];
+    uint32_t tot = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      h[i] = sm.hist[255 - (lane * 8 + i)];
+      tot += h[i];
+    }
+    const int incl = warp_incl_scan(int(tot));
+    const uint32_t bal = __ballot_sync(0xffffffffu, incl >= kk);
+    const int L = __ffs(bal) - 1;  // exists: the row has > k valid columns
+    int above = __shfl_sync(0xffffffffu, incl - int(tot), L);
+    int digit = 0, cnt = 0;
+    if (lane == L) {
+      int acc = above;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (acc + int(h[i]) >= kk) {
+          digit = 255 - (lane * 8 + i);
+          cnt = int(h[i]);
+          above = acc;
+          break;
+        }
+        acc += int(h[i]);
+      }
+    }
+    digit = __shfl_sync(0xffffffffu, digit, L);
+    cnt = __shfl_sync(0xffffffffu, cnt, L);
+    above = __shfl_sync(0xffffffffu, above, L);
+    prefix = (prefix << 8) | uint64_t(digit);
+    kk -= above;
+    __syncwarp();
+    if (cnt == kk) {  // the whole bin is taken: threshold at its bottom
+      depth += 8;
+      break;
+    }
+  }
+  const uint64_t Tk = depth >= 64 ? prefix : (prefix << (64 - depth));
+  // collect the keys >= Tk (exactly k of them)
+  int cnt = 0;
+  for (int64_t c = 0; c < nch; ++c) {
+    uint4 r[WarpRow<T>::kNv];
+    uint32_t u[kWarpElems];
+    row.load(c, r);
+    row.convert(c, r, u);
+#pragma unroll
+    for (int v = 0; v < WarpRow<T>::kNv; ++v)
+#pragma unroll
+      for (int i = 0; i < WarpRow<T>::kEpv; ++i) {
+        const uint32_t uu = u[v * WarpRow<T>::kEpv + i];
+        const uint64_t key = uu ? warp_key(uu, row.col(c, v, i), tie) : 0ull;
+        const bool take = uu != 0 && key >= Tk;
+        const uint32_t bal = __ballot_sync(0xffffffffu, take);
+        if (take) {
+          const int pos = cnt + __popc(bal & ((1u << lane) - 1u));
+          if (pos < kWarpCap) sm.cand[pos] = key;
+        }
+        cnt += __popc(bal);
+      }
+  }
+  __syncwarp();
+  return min(cnt, kWarpCap);
+}
+
+// k-th largest of the 32*M lane values (a multiset): the largest value v
+// with at least k values >= v. Counted against a shared-memory copy (cheaper
+// than a shuffle network: broadcast loads, no dependent chain).
+template <int M>
+__device__ __forceinline__ uint32_t warp_kth(uint32_t m1, uint32_t m2, int k, uint32_t* lv) {
+  const int lane = threadIdx.x & 31;
+  lv[lane] = m1;
+  if (M == 2) lv[32 + lane] = m2;
+  __syncwarp();
+  int g1 = 0, g2 = 0;
+  const uint4* q4 = reinterpret_cast<const uint4*>(lv);
+#pragma unroll
+  for (int i = 0; i < 8 * M; ++i) {
+    const uint4 q = q4[i];
+    g1 += (q.x >= m1) + (q.y >= m1) + (q.z >= m1) + (q.w >= m1);
+    if (M == 2) g2 += (q.x >= m2) + (q.y >= m2) + (q.z >= m2) + (q.w >= m2);
+  }
+  uint32_t t = g1 >= k ? m1 : 0u;
+  if (M == 2 && g2 >= k) t = max(t, m2);
+  __syncwarp();
+  return __reduce_max_sync(0xffffffffu, t);
+}
+
+// Rank by counting, for S <= 64 distinct keys in buf: lane takes entries
+// lane and lane + 32. Writes the output (every slot).
+__device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int k, int order, int tie,
+                                                const RowCtx& c, const OutRow& out) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t x0 = lane < S ? buf[lane] : 0ull;
+  const uint64_t x1 = lane + 32 < S ? buf[lane + 32] : 0ull;
+  int r0 = 0, r1 = 0;
+  for (int q = 0; q < S; ++q) {
+    const uint64_t y = buf[q];
+    r0 += y > x0;
+    r1 += y > x1;
+  }
+  const int kk = min(k, S);
+  if (order == stk::kOrderIndex) {
+    // members: rank < kk; position = members with a smaller column
+    const uint32_t j0 = stk::key_index(x0, tie), j1 = stk::key_index(x1, tie);
+    const bool in0 = lane < S && r0 < kk, in1 = lane + 32 < S && r1 < kk;
+    int p0 = 0, p1 = 0;
+    // the kk-th key: entry of rank kk-1
+    uint64_t tk = (lane < S && r0 == kk - 1) ? x0 : ((lane + 32 < S && r1 == kk - 1) ? x1 : 0ull);
+    tk = max64(tk, shfl_xor64(tk, 1));
+    tk = max64(tk, shfl_xor64(tk, 2));
+    tk = max64(tk, shfl_xor64(tk, 4));
+    tk = max64(tk, shfl_xor64(tk, 8));
+    tk = max64(tk, shfl_xor64(tk, 16));
+    for (int q = 0; q < S; ++q) {
+      const uint64_t y = buf[q];
+      const uint32_t jy = stk::key_index(y, tie);
+      const bool m = y >= tk;
+      p0 += m && jy < j0;
+      p1 += m && jy < j1;
+    }
+    r0 = p0;
+    r1 = p1;
+    if (!in0) r0 = k;
+    if (!in1) r1 = k;
+  }
+  auto put = [&](int pos, uint64_t x) {
+    const int64_t j = stk::key_index(x, tie);
+    out.idx[pos] = int32_t(j * c.scale + c.offset);
+    if (out.val) out.val[pos] = __uint_as_float(stk::key_value_bits(x));
+  };
+  if (lane < S && r0 < kk) put(r0, x0);
+  if (lane + 32 < S && r1 < kk) put(r1, x1);
+  for (int pos = kk + lane; pos < k; pos += 32) {
+    out.idx[pos] = -1;
+    if (out.val) out.val[pos] = -__int_as_float(0x7f800000);
+  }
+}
+
+template <typename T, int M>
+__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  const OutRow out = make_out(p, r);
+  using raw = typename Scalar<T>::raw;
+  constexpr int kNv = WarpRow<T>::kNv, kEpv = WarpRow<T>::kEpv;
+  WarpRow<T> row;
+  row.init(static_cast<const raw*>(p.scores) + r * p.row_stride + g.start, c.n, c);
+  const int k = p.k;
+  const int64_t nch = c.n > 0 ? row.chunks() : 0;
+  uint32_t m1 = 0, m2 = 0;  // this lane's best values (of the chunks that could matter)
+  int cnt = 0;
+  bool overflow = false;
+  uint32_t Tadm = 1;  // admit u >= Tadm; 0 is "invalid", so Tadm >= 1
+  // two chunks in registers: the one being ranked and the next in flight
+  // (a third stage, or L2 prefetch further ahead, measured slower on the H200)
+  uint4 cur[kNv], nxt[kNv];
+  if (nch > 0) row.load(0, cur);
+  for (int64_t ch = 0; ch < nch; ++ch) {
+    if (ch + 1 < nch) row.load(ch + 1, nxt);
+    uint32_t u[kWarpElems];
+    row.convert(ch, cur, u);
+    uint32_t cm = 0;
+#pragma unroll
+    for (int e = 0; e < kWarpElems; ++e) cm = max(cm, u[e]);
+    // A chunk with nothing >= Tadm cannot raise T (the k lane values >= T
+    // stay) and has no survivors, so it is skipped, lane values included:
+    // lane values of a subset of the elements still give a valid bound.
+    if (__any_sync(0xffffffffu, cm >= Tadm)) {
+#pragma unroll
+      for (int e = 0; e < kWarpElems; ++e) {
+        if (M == 2) m2 = max(m2, min(m1, u[e]));
+        m1 = max(m1, u[e]);
+      }
+      Tadm = max(warp_kth<M>(m1, m2, k, sm.hist), 1u);
+      int mine = 0;
+#pragma unroll
+      for (int e = 0; e < kWarpElems; ++e) mine += u[e] >= Tadm;
+      const int incl = warp_incl_scan(mine);
+      const int inc = __shfl_sync(0xffffffffu, incl, 31);
+      if (cnt + inc > kWarpCap) {
+        cnt = warp_filter(sm.cand, cnt, Tadm);
+        if (cnt + inc > kWarpCap) {
+          overflow = true;
+          break;
+        }
+      }
+      if (mine) {
+        int pos = cnt + incl - mine;
+#pragma unroll
+        for (int v = 0; v < kNv; ++v)
+#pragma unroll
+          for (int i = 0; i < kEpv; ++i) {
+            const uint32_t uu = u[v * kEpv + i];
+            if (uu >= Tadm) sm.cand[pos++] = warp_key(uu, row.col(ch, v, i), p.tie);
+          }
+      }
+      cnt += inc;
+      __syncwarp();
+    }
+#pragma unroll
+    for (int v = 0; v < kNv; ++v) cur[v] = nxt[v];
+  }
+  int S;
+  if (overflow)
+    S = warp_radix_fallback(row, k, p.tie, sm);
+  else
+    S = warp_filter(sm.cand, cnt, Tadm);
+  if (S <= 64)
+    warp_count_emit(sm.cand, S, k, p.order, p.tie, c, out);
+  else
+    warp_finish(sm.cand, S, k, p.order, p.tie, c, out);
+}
+
+template <typename T, int M>
+__global__ void __launch_bounds__(128) topk_warp_kernel(TopkParams p) {
+  __shared__ WarpSmem sm[kWarpMaxWpb];
+  const int w = threadIdx.x >> 5;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + w;
+  if (r >= p.rows) return;  // whole warp leaves together
+  warp_topk_row<T, M>(p, r, sm[w]);
+}
+
+// ----------------------------------------------------------------------------
+// Merge of R lists, R * k_in <= 256 and k <= 256, one warp per row.
+template <int P>
+__device__ void warp_merge_row(const MergeParams& p, int64_t r) {
+  const int lane = threadIdx.x & 31;
+  const int N = p.R * p.k_in;
+  const int32_t* in_i = p.in_idx + r * p.in_idx_stride;
+  const float* in_v = p.in_val + r * p.in_val_stride;
+  uint64_t v[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    const int e = lane * P + q;
+    uint64_t x = ~0ull;  // empty: sorts last
+    if (e < N) {
+      const int32_t idx = in_i[e];
+      if (idx >= 0) {
+        const uint32_t ord = stk::ordered_u32(stk::canonical_bits(__float_as_uint(in_v[e])));
+        x = (uint64_t(uint32_t(idx)) << 32) | ord;
+      }
+    }
+    v[q] = x;
+  }
+  warp_bitonic<P, false>(v);  // ascending (index, value)
+  // the last entry of each index run carries its highest value
+  const uint64_t next_lane_first = __shfl_down_sync(0xffffffffu, v[0], 1);
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    const uint64_t x = v[q];
+    uint64_t nx;
+    if (q + 1 < P)
+      nx = v[q + 1];
+    else
+      nx = lane == 31 ? ~0ull : next_lane_first;
+    const bool last = x != ~0ull && (nx == ~0ull || uint32_t(nx >> 32) != uint32_t(x >> 32));
+    v[q] = last ? stk::make_key(uint32_t(x), uint32_t(x >> 32), p.tie) : 0ull;
+  }
+  warp_bitonic<P, true>(v);
+  RowCtx c{};
+  c.scale = 1;
+  c.offset = 0;
+  OutRow out;
+  out.idx = p.out_idx + r * p.out_idx_stride;
+  out.val = p.out_val + r * p.out_val_stride;
+  out.k = p.k;
+  out.tie = p.tie;
+  warp_emit<P>(v, p.k, p.order, p.tie, c, out);
+}
+
+template <int P>
+__global__ void __launch_bounds__(128) merge_warp_kernel(MergeParams p) {
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= p.rows) return;
+  warp_merge_row<P>(p, r);
+}
+
+}  // namespace stk_nv

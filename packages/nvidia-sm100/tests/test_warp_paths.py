@@ -1,0 +1,120 @@
+"""GPU checks of the warp-per-row small-k kernel and the warp merge against the
+reference backend, on data built to defeat the lane-maximum threshold filter
+(one lane holding every large score, exact ties at the threshold, all-equal
+rows) so that the exact radix fallback runs, plus every option at the chunk
+boundaries. Skips without CUDA; the conformance suite covers the rest."""
+
+import pytest
+import torch
+
+import sparsetopk
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+NV = "nvidia-sm100"
+
+
+def _plan(rows, width, k):
+    from sparsetopk_nvidia_sm100 import _backend
+
+    return _backend._ext().plan(rows, width, k, torch.cuda.current_device())
+
+
+def _check(x, k, **kw):
+    a = sparsetopk.topk(x, k, backend=NV, return_values=True, **kw)
+    b = sparsetopk.topk(x, k, backend="reference", return_values=True, **kw)
+    if kw.get("order", "rank") == "any":
+        ia, ib = torch.sort(a.indices, 1)[0], torch.sort(b.indices, 1)[0]
+        assert torch.equal(ia, ib)
+    else:
+        assert torch.equal(a.indices, b.indices)
+        assert torch.equal(a.values, b.values)
+
+
+def test_small_k_takes_the_warp_path():
+    p = _plan(64, 1344, 16)
+    assert p["warp_wpb"] > 0 and p["warp_m"] == 1
+    assert _plan(64, 1344, 64)["warp_m"] == 2
+    assert _plan(64, 1344, 65)["warp_wpb"] == 0
+
+
+@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_lane_skew_forces_the_fallback(k, dtype):
+    # fp32: lane L of a chunk reads columns 4L..4L+3 of every 128; put every
+    # large score in lane 0's columns so the k-th lane maximum is low and the
+    # survivor buffer (256) overflows
+    g = torch.Generator(device="cpu").manual_seed(k)
+    rows, width = 8, 16384
+    x = torch.randn(rows, width, generator=g)
+    cols = torch.arange(width)
+    epv = 4 if dtype == torch.float32 else 8
+    lane0 = (cols % (32 * epv)) < epv
+    x[:, lane0] += 50.0
+    x = x.to(dtype).cuda()
+    for order in ("rank", "index", "any"):
+        for tie in ("low", "high"):
+            _check(x, k, order=order, tie_break=tie)
+
+
+@pytest.mark.parametrize("k", [1, 16, 32, 64])
+def test_ties_and_specials(k):
+    dev = "cuda"
+    rows, width = 6, 3000
+    x = torch.zeros(rows, width, device=dev)  # all equal (also -0 vs +0 below)
+    x[1] = -0.0
+    x[1, ::7] = 0.0
+    x[2] = float("nan")
+    x[2, 100:110] = float("-inf")
+    x[3] = torch.randint(0, 3, (width,), device=dev).float()  # plateau ties at the threshold
+    x[4] = float("inf")
+    x[4, 5] = float("nan")
+    x[5] = torch.arange(width, device=dev).float()  # sorted ascending
+    for order in ("rank", "index", "any"):
+        for tie in ("low", "high"):
+            _check(x, k, order=order, tie_break=tie)
+            _check(x.flip(1).contiguous(), k, order=order, tie_break=tie)
+
+
+@pytest.mark.parametrize("k", [3, 16, 64])
+def test_geometry_at_chunk_edges(k):
+    g = torch.Generator(device="cpu").manual_seed(7)
+    buf = torch.randn(12, 5000, generator=g).cuda()
+    x = buf[:, 3:4099]  # misaligned view, dirty tail, width 4096
+    lengths = torch.tensor([-5, 0, 1, k - 1, k, k + 1, 1023, 1024, 1025, 2049, 4096, 10**7], device="cuda")
+    for kw in (
+        {"lengths": lengths},
+        {"lengths": lengths.to(torch.int32), "starts": torch.tensor([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 4096],
+                                                                      device="cuda")},
+        {"lengths": 3000, "index_scale": 3, "index_offset": 2},
+        {"lengths": lengths, "force_begin": 2, "force_end": 3},
+        {"force_begin": 1030, "force_end": 5},
+    ):
+        for order in ("rank", "index"):
+            _check(x, k, order=order, **kw)
+            _check(x.to(torch.bfloat16), k, order=order, **kw)
+
+
+def test_forcing_more_than_k():
+    x = torch.randn(4, 2500, device="cuda")
+    _check(x, 16, force_begin=40)
+    _check(x, 16, force_end=40, tie_break="high", order="index")
+
+
+@pytest.mark.parametrize("R,k_in,k", [(2, 16, 16), (8, 16, 16), (4, 64, 64), (2, 128, 256), (3, 5, 40), (8, 32, 7)])
+def test_warp_merge(R, k_in, k):
+    g = torch.Generator(device="cpu").manual_seed(R * 1000 + k_in)
+    rows = 300
+    idx = torch.randint(-1, 400, (rows, R, k_in), generator=g, dtype=torch.int32)
+    val = torch.randint(-3, 4, (rows, R, k_in), generator=g).float()  # ties
+    val[idx < 0] = float("-inf")
+    val[:, 0, 0] = float("nan")
+    for order in ("rank", "index", "any"):
+        for tie in ("low", "high"):
+            a = sparsetopk.merge(idx.cuda(), val.cuda(), k, order=order, tie_break=tie, backend=NV)
+            b = sparsetopk.merge(idx.cuda(), val.cuda(), k, order=order, tie_break=tie, backend="reference")
+            if order == "any":
+                assert torch.equal(torch.sort(a.indices, 1)[0], torch.sort(b.indices, 1)[0])
+            else:
+                assert torch.equal(a.indices, b.indices)
+                assert torch.equal(a.values, b.values)
