@@ -64,6 +64,8 @@ PYBIND11_MODULE(_C, m) {
         Plan plan = plan_topk(p, dev);
         py::dict d;
         d["split"] = plan.split;
+        d["sampled"] = plan.sampled;
+        d["online"] = p.online != 0;
         d["block"] = plan.block;
         d["smem"] = plan.smem;
         d["chunks"] = plan.ws.chunks;

@@ -25,6 +25,7 @@ struct TopkParams {
   int k, tie, order;
   // filled by plan_topk
   int res_cap, cand_cap, out_cap;
+  int online;  // streamed rows: one-read online gather (else two-read multi-pass)
 };
 
 struct SplitWs {
@@ -38,6 +39,7 @@ struct SplitWs {
 
 struct Plan {
   bool split = false;
+  bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
   int block = 256;
   int smem = 0;
   SplitWs ws{};
