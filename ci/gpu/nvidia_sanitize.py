@@ -1,6 +1,10 @@
 """A small, representative nvidia-sm100 workload for compute-sanitizer:
 one-block rows (resident and streamed), small candidate finish, the split path
-(gather and the overflow fallback), rank sort, merge. Checks results too."""
+(gather and the overflow fallback), rank sort, merge. Checks results too.
+Forced paths (SPARSETOPK_NV_PATH): streamed rows with the one-read online
+gather and its overflow fallback, the sampled split path and its fallbacks,
+the legacy split path."""
+import os
 import sys
 
 import torch
@@ -37,6 +41,7 @@ long[1, 1000:6000] = 100.0
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 chk(band[:, :65536].contiguous(), 4096, order="index")
 # warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback, k=64 (two values per lane)
+os.environ["SPARSETOPK_NV_PATH"] = "warp"
 dec = torch.randn(64, 1344, generator=g).to(dev)
 chk(dec, 16)
 chk(dec, 64, order="index", tie_break="high")
@@ -44,10 +49,23 @@ skew = torch.randn(4, 8192, generator=g)
 skew[:, (torch.arange(8192) % 128) < 4] += 50.0
 chk(skew.to(dev), 16)
 chk(torch.zeros(3, 3000, device=dev), 33, order="index")
+os.environ.pop("SPARSETOPK_NV_PATH")
 ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").indices for s in range(2)], 1)
 vv = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").values for s in range(2)], 1)
+# paths forced through SPARSETOPK_NV_PATH (read by the extension on every call)
+os.environ["SPARSETOPK_NV_PATH"] = "stream"  # every row streamed: one-read online gather
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], device=dev), order="index")
+chk(band, 2048, order="rank")  # online buffer overflows -> multi-pass fallback (resumes after pass 1)
+chk(long.to(torch.float16), 16, order="any", tie_break="high")
+os.environ["SPARSETOPK_NV_PATH"] = "split"  # sampled split: sample + gather + final
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
+chk(long[:2].to(torch.bfloat16), 4096, order="rank")  # (long[1] pile-up: segment overflow -> fallback)
+chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> fallback
+os.environ["SPARSETOPK_NV_PATH"] = "split,legacy-split"
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
+os.environ.pop("SPARSETOPK_NV_PATH")
 m = sparsetopk.merge(ii, vv, 64, backend="nvidia-sm100")
 r = sparsetopk.merge(ii, vv, 64, backend="reference")
 bad += not torch.equal(m.indices, r.indices)

@@ -66,6 +66,8 @@ PYBIND11_MODULE(_C, m) {
         d["split"] = plan.split;
         d["warp_wpb"] = plan.warp_wpb;
         d["warp_m"] = plan.warp_m;
+        d["sampled"] = plan.sampled;
+        d["online"] = p.online != 0;
         d["block"] = plan.block;
         d["smem"] = plan.smem;
         d["chunks"] = plan.ws.chunks;

@@ -25,6 +25,7 @@ struct TopkParams {
   int k, tie, order;
   // filled by plan_topk
   int res_cap, cand_cap, out_cap;
+  int online;  // streamed rows: one-read online gather (else two-read multi-pass)
 };
 
 struct SplitWs {
@@ -40,6 +41,7 @@ struct Plan {
   bool split = false;
   int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 64), this many warps per block
   int warp_m = 1;    // lane values kept per lane (1: k <= 32, 2: k <= 64)
+  bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
   int block = 256;
   int smem = 0;
   SplitWs ws{};

@@ -74,11 +74,14 @@ __device__ __forceinline__ SmemLayout carve(unsigned char* sm, const TopkParams&
   off += kMaxBins * 4;
   L.rankbuf = reinterpret_cast<int*>(sm + off);
   off += 1024 * 4;
-  L.cand = reinterpret_cast<uint64_t*>(sm + off);
-  off += size_t(p.cand_cap) * 8;
   L.outbuf = reinterpret_cast<uint64_t*>(sm + off);
   off += size_t(p.out_cap) * 8;
-  off = (off + 15) & ~size_t(15);
+  // cand and res are adjacent (every size above is a multiple of 16 bytes:
+  // out_cap and cand_cap are even), so a streamed row, which needs no
+  // resident copy, uses cand + res as one buffer of cand_cap + res_cap / 2
+  // keys for its online gather (online_cap).
+  L.cand = reinterpret_cast<uint64_t*>(sm + off);
+  off += size_t(p.cand_cap) * 8;
   L.res = reinterpret_cast<uint32_t*>(sm + off);
   return L;
 }
@@ -87,11 +90,11 @@ __device__ __forceinline__ SmemLayout carve(unsigned char* sm, const TopkParams&
 // gather, and writes the row's output.
 template <class Src>
 __device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p, const OutRow& out,
-                                  SmemLayout& L, BlockScratch& s, SelState st) {
+                                  SmemLayout& L, BlockScratch& s, SelState st, bool hist_ready = false) {
   const int k = p.k;
   uint64_t T = 0;
   int ncand = 0;
-  const int r = select_passes(src, k, st, L.hist, s, L.cand, p.cand_cap, &ncand, &T);
+  const int r = select_passes(src, k, st, L.hist, s, L.cand, p.cand_cap, &ncand, &T, hist_ready);
   if (r == kDone) {
     finish(src, T, k, p.order, out, L.outbuf, s);
     return;
@@ -104,6 +107,48 @@ __device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p
   select_passes(cs, k, st, L.hist, s, nullptr, 0, nullptr, &T);
   finish(cs, T, k, p.order, out, L.outbuf, s);
 }
+
+// A streamed row (n > k) read once: online_pass gathers the keys of the
+// top-digit bins >= the running threshold bin while it builds the histogram;
+// the select then finishes on those candidates in shared memory. If the
+// buffer overflowed, the exact multi-pass select over the row takes over,
+// resuming after its first pass (the histogram is complete), so the
+// fallback costs no extra read over the old path.
+template <class Src>
+__device__ void stream_select(const Src& gsrc, int64_t n, const TopkParams& p, const OutRow& out,
+                              SmemLayout& L, BlockScratch& s, int online_cap) {
+  const int k = p.k;
+  int nb = 0;
+  const bool ok = online_pass(gsrc, k, L.hist, s, L.cand, online_cap, &nb);
+  const int b = s.bin, above = s.above, E = s.count;
+  __syncthreads();  // scratch reused below
+  SelState st{uint64_t(b) << 53, 11, k - above};
+  if (ok) {
+    // keep the keys of bins >= b* (in place, index order kept): exactly the
+    // above + E keys at or above the threshold bin
+    const int n2 = compact_pass(CandSrc{L.cand, nb}, st.prefix, s,
+                                [&](int pos, uint64_t key) { L.cand[pos] = key; });
+    __syncthreads();
+    if (n2 == above + E) {  // always, by construction; anything else -> exact fallback
+      CandSrc cs{L.cand, n2};
+      if (E == st.kk) {  // the whole bin is taken: the answer is these n2 == k keys
+        finish(cs, st.prefix, k, p.order, out, L.outbuf, s);
+        return;
+      }
+      if (n2 <= int(blockDim.x)) {
+        finish_small(L.cand, n2, k, p.order, out, L.rankbuf);
+        return;
+      }
+      uint64_t Tk = 0;
+      select_passes(cs, k, st, L.hist, s, nullptr, 0, nullptr, &Tk);
+      finish(cs, Tk, k, p.order, out, L.outbuf, s);
+      return;
+    }
+  }
+  select_and_finish(gsrc, n, p, out, L, s, SelState{0ull, 0, k}, /*hist_ready=*/true);
+}
+
+__device__ __forceinline__ int online_cap(const TopkParams& p) { return p.cand_cap + int(p.res_cap / 2); }
 
 // One block per row.
 template <typename T>
@@ -138,6 +183,8 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
     __syncthreads();
     ResSrc rs{L.res, n, c};
     select_and_finish(rs, n, p, out, L, s, st);
+  } else if (p.online) {
+    stream_select(gsrc, n, p, out, L, s, online_cap(p));
   } else {
     select_and_finish(gsrc, n, p, out, L, s, st);
   }
@@ -150,9 +197,17 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
 // finds the threshold bin, the pieces gather their keys >= that bin into
 // per-piece segments in index order, and a per-row kernel finishes the select
 // on the gathered candidates (or, if any segment overflowed, on the full row).
+//
+// Sampled variant (the default; `Plan::sampled`): split_sample_kernel picks,
+// per row, a key estimate `est` from a strided sample (about 2.5 k
+// candidates expected), split_gather_kernel gathers the keys >= est of every
+// piece in ONE read (no histogram pass, no memset), and split_final_kernel
+// selects the exact top k among the candidates when they number >= k (then
+// the k-th key is >= est, so every top-k key was gathered) and fit; else the
+// row is selected by the one-block streamed path (exact).
 struct SplitRowState {
-  unsigned long long prefix;
-  int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback
+  unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
+  int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
   int kk;
   int depth;
   int pad;
@@ -210,6 +265,83 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
   }
 }
 
+// Sampled split, step 1 (one block per row): est = a lower bound of the
+// m-th largest key of a strided sample of S = min(n, 8 x blockDim) keys,
+// m ~ 2.5 k S / n (at least 16), so about 2.5 k keys of the row are >= est.
+// Only the speed depends on how good est is: exactness is checked by the
+// final kernel (count >= k). Sample: blockDim runs of 8 consecutive columns
+// (one 32-byte sector of fp32) spread evenly over the row, or the whole row
+// if n < S. The m-th largest is found by a radix select on the sample keys in
+// registers, stopped as soon as its bin is pinned (est = that bin's lower
+// edge, <= the m-th sample key).
+template <typename T>
+__global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
+  __shared__ uint32_t hist[kMaxBins];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  SplitRowState* rs = reinterpret_cast<SplitRowState*>(ws.state) + r;
+  const int64_t n = c.n;
+  if (n <= p.k) {
+    if (threadIdx.x == 0) rs->mode = 0;
+    return;
+  }
+  using raw = typename Scalar<T>::raw;
+  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const int64_t runs = blockDim.x;
+  const int64_t full = runs * kItems;
+  const int S = int(min(n, full));
+  uint64_t key[kItems];
+  uint32_t m = 0;
+#pragma unroll
+  for (int q = 0; q < kItems; ++q) {
+    key[q] = 0;
+    const int i = int(threadIdx.x) * kItems + q;
+    if (i < S) {
+      // n >= full: run t covers [t n / runs, + 8), disjoint since n / runs >= 8
+      const int64_t j = n >= full ? (int64_t(threadIdx.x) * n) / runs + q : int64_t(i);
+      key[q] = c.key_of_bits(Scalar<T>::f32(base[j]), j);
+      m |= 1u << q;
+    }
+  }
+  int64_t mt = (5 * int64_t(p.k) * S + 2 * n - 1) / (2 * n);
+  mt = max(mt, int64_t(16));
+  uint64_t est = 0;  // 0: every key is a candidate
+  if (mt < S) {
+    uint64_t prefix = 0;
+    int depth = 0;
+    int kk = int(mt);
+    while (depth < 64) {
+      const int dbits = digit_bits(depth);
+      const int nbins = 1 << dbits;
+      const int shift = 64 - depth - dbits;
+      for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < kItems; ++q) {
+        const bool match = depth == 0 || ((key[q] ^ prefix) >> (64 - depth)) == 0;
+        if (((m >> q) & 1u) && match) atomicAdd(&hist[uint32_t(key[q] >> shift) & (nbins - 1)], 1u);
+      }
+      __syncthreads();
+      find_bin(hist, dbits, kk, s);
+      const int b = s.bin, above = s.above, E = s.count;
+      __syncthreads();
+      kk -= above;
+      prefix |= uint64_t(b) << shift;
+      depth += dbits;
+      if (E == kk) break;  // the m-th sample key is the lowest of its bin
+    }
+    est = prefix;
+  }
+  if (threadIdx.x == 0) {
+    rs->prefix = est;
+    rs->kk = p.k;
+    rs->depth = 0;
+    rs->mode = 4;
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(1024) split_gather_kernel(TopkParams p, SplitWs ws) {
   __shared__ BlockScratch s;
@@ -218,7 +350,8 @@ __global__ void __launch_bounds__(1024) split_gather_kernel(TopkParams p, SplitW
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   if (c.n <= p.k) return;
-  if (rs->mode != 2) return;  // uniform per block
+  const int mode = rs->mode;
+  if (mode != 2 && mode != 4) return;  // uniform per block
   int64_t lo, hi;
   chunk_range(c.n, ws.chunks, blockIdx.x, &lo, &hi);
   int* cnt = ws.counts + r * ws.chunks + blockIdx.x;
@@ -262,27 +395,32 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     finish(gsrc, st.prefix, p.k, p.order, out, L.outbuf, s);
     return;
   }
-  bool ok = mode == 2;
+  bool ok = mode == 2 || mode == 4;
   const int* cnt = ws.counts + r * ws.chunks;
   if (ok) {
     if (threadIdx.x == 0) {
-      int tot = 0;
+      int64_t tot = 0;
       bool fit = true;
       for (int i = 0; i < ws.chunks; ++i) {
         fit = fit && cnt[i] <= ws.seg;
         tot += cnt[i];
       }
-      s.flag = fit && tot <= p.cand_cap;
-      s.count = tot;
+      // mode 4: the candidates are the keys >= est; the top k are among them
+      // iff there are at least k of them
+      s.flag = fit && tot <= p.cand_cap && (mode != 4 || tot >= p.k);
+      s.count = int(min(tot, int64_t(INT32_MAX)));
     }
     __syncthreads();
     ok = s.flag != 0;
   }
   if (!ok) {
-    // exact fallback: the whole row, streamed, from scratch
+    // exact fallback: the whole row, one block, streamed, from scratch (the
+    // two-read multi-pass select: the online one-read gather here spills
+    // registers in this kernel; this is the rare, adversarial-data case)
     select_and_finish(gsrc, c.n, p, out, L, s, SelState{0ull, 0, p.k});
     return;
   }
+  if (mode == 4) st = SelState{0ull, 0, p.k};  // select from scratch among the candidates
   const int ncand = s.count;
   __syncthreads();
   // copy segments in chunk order (index order): one warp per chunk
@@ -416,6 +554,7 @@ static const DevInfo& dev_info(int dev) {
     allow_smem(split_final_kernel<float>, lim);
     allow_smem(split_final_kernel<bf16_tag>, lim);
     allow_smem(split_final_kernel<f16_tag>, lim);
+    // (split_sample_kernel uses static shared memory only)
     allow_smem(merge_kernel, lim);
     d.init = true;
   }
@@ -440,6 +579,12 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
       topk_warp_kernel<T, 1><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
     else
       topk_warp_kernel<T, 2><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
+  } else if (plan.split && plan.sampled) {
+    SplitWs ws = plan.ws;
+    dim3 g2(ws.chunks, unsigned(p.rows));
+    split_sample_kernel<T><<<unsigned(p.rows), 1024, 0, stream>>>(p, ws);
+    split_gather_kernel<T><<<g2, 512, 0, stream>>>(p, ws);
+    split_final_kernel<T><<<unsigned(p.rows), 1024, plan.smem, stream>>>(p, ws);
   } else if (plan.split) {
     SplitWs ws = plan.ws;
     check(cudaMemsetAsync(ws.hist, 0, size_t(p.rows) * kMaxBins * 4, stream), "memset");
@@ -454,33 +599,67 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
   check(cudaGetLastError(), "kernel launch");
 }
 
-// SPARSETOPK_NV_PATH=block|warp overrides the small-k path choice (tests run
-// the conformance suite both ways); unset: chosen from the shape.
-static int forced_path() {
-  static const int v = [] {
-    const char* e = std::getenv("SPARSETOPK_NV_PATH");
-    if (e == nullptr) return 0;
-    if (std::strcmp(e, "block") == 0) return 1;
-    if (std::strcmp(e, "warp") == 0) return 2;
-    return 0;
-  }();
-  return v;
+// Path overrides for tests and A/B timing: SPARSETOPK_NV_PATH, a comma list of
+//   rows          never split (one block per row)
+//   split         always split (sampled split unless legacy-split)
+//   legacy-split  the split path as histogram + find + gather + final
+//   stream        one-block rows never keep the row resident (all streamed)
+//   no-online     streamed rows use the two-read multi-pass select
+//   warp          k <= 64 always takes the warp-per-row kernel
+//   block         no warp-per-row kernels (topk and merge use the block ones)
+// Read on every plan (host only), so workspace_bytes and topk agree.
+struct PathOpts {
+  int split = -1;  // -1 auto, 0 never, 1 always
+  bool legacy_split = false;
+  bool stream_all = false;
+  bool online = true;
+  int warp = -1;  // -1 auto, 0 never, 1 always (k <= 64)
+};
+
+static PathOpts path_opts() {
+  PathOpts o;
+  const char* e = std::getenv("SPARSETOPK_NV_PATH");
+  if (!e) return o;
+  std::string v(e);
+  size_t i = 0;
+  while (i <= v.size()) {
+    size_t j = v.find(',', i);
+    if (j == std::string::npos) j = v.size();
+    const std::string t = v.substr(i, j - i);
+    if (t == "rows") o.split = 0;
+    else if (t == "split") o.split = 1;
+    else if (t == "legacy-split") o.legacy_split = true;
+    else if (t == "stream") o.stream_all = true;
+    else if (t == "no-online") o.online = false;
+    else if (t == "warp") o.warp = 1;
+    else if (t == "block") o.warp = 0;
+    else if (!t.empty() && t != "auto")
+      throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
+                                  "' (accepted: auto, rows, split, legacy-split, stream, no-online, warp, block)");
+    i = j + 1;
+  }
+  return o;
 }
 
 Plan plan_topk(TopkParams& p, int dev) {
   const DevInfo& d = dev_info(dev);
+  const PathOpts opt = path_opts();
   Plan plan;
   const int k = p.k;
   p.out_cap = pow2_at_least(std::max(k, 2));  // even: keeps the resident row 16B aligned
   const int64_t W = p.width;
   // split long rows over several blocks when there are too few rows to fill the GPU
   const int64_t max_n = W;
-  const bool split = p.rows <= 2 * d.sms && max_n >= 32768 && p.rows * ((max_n + 32767) / 32768) >= 8;
+  bool split = p.rows <= 2 * d.sms && max_n >= 32768 && p.rows * ((max_n + 32767) / 32768) >= 8;
+  if (opt.split >= 0) split = opt.split == 1 && W > 0 && p.rows <= 65535;  // grid.y
+  p.online = opt.online ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each
-  const int fp = forced_path();
-  const bool warp = k <= 64 && fp != 1 && (fp == 2 || (!split && (W <= 16384 || p.rows >= 8 * d.sms)));
+  // (measured on the H200: below ~SMs rows the one-block kernel is faster,
+  // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins)
+  const bool warp = k <= 64 && opt.warp != 0 &&
+                    (opt.warp == 1 || (!split && p.rows >= d.sms && (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
     p.cand_cap = kWarpCap;
     p.res_cap = 0;
@@ -493,6 +672,7 @@ Plan plan_topk(TopkParams& p, int dev) {
     p.cand_cap = 16384;
     p.res_cap = 0;
     plan.split = true;
+    plan.sampled = !opt.legacy_split;
     int chunks = int((4 * d.sms + p.rows - 1) / p.rows);
     chunks = std::max(1, std::min<int>(chunks, 64));
     chunks = int(std::min<int64_t>(chunks, (max_n + 4095) / 4096));
@@ -506,6 +686,7 @@ Plan plan_topk(TopkParams& p, int dev) {
     const int64_t fixed = int64_t(fixed_smem(p));
     int64_t res = std::min<int64_t>(W, (budget - fixed) / 4);
     res = std::max<int64_t>(0, res / 8 * 8);
+    if (opt.stream_all) res = 0;
     // keep occupancy for short rows; a row of 64K+ columns streams
     p.res_cap = res;
     plan.smem = int(fixed + res * 4);
@@ -553,7 +734,7 @@ void launch_merge(MergeParams p, int dev, uintptr_t stream) {
   if (p.rows == 0) return;
   const int N = p.R * p.k_in;
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-  if (std::max(N, p.k) <= 256 && forced_path() != 1) {
+  if (std::max(N, p.k) <= 256 && path_opts().warp != 0) {
     // one warp per row
     const int need = std::max(N, p.k);
     const unsigned blocks = unsigned((p.rows + 3) / 4);

@@ -96,6 +96,13 @@ struct GlobalSrc {
   __device__ __forceinline__ int64_t end() const { return j1; }
   __device__ __forceinline__ uint32_t load(int64_t gs, uint64_t (&key)[kItems]) const {
     uint32_t bits[kItems];
+    const uint32_t mask = load_bits(gs, bits);
+    to_keys(gs, bits, key);
+    return mask;
+  }
+  // The two halves of load(), so a caller can issue the next tile's loads
+  // before it works on the current one: raw float32 bits (0 where invalid)...
+  __device__ __forceinline__ uint32_t load_bits(int64_t gs, uint32_t (&bits)[kItems]) const {
     uint32_t mask;
     if (vec && gs >= j0 && gs + kItems <= j1) {
       mask = 0xffu;
@@ -127,9 +134,14 @@ struct GlobalSrc {
         }
       }
     }
+    return mask;
+  }
+  __device__ __forceinline__ uint64_t key1(int64_t j, uint32_t bits) const { return c.key_of_bits(bits, j); }
+  // ...and their keys (garbage where the mask bit is clear).
+  __device__ __forceinline__ void to_keys(int64_t gs, const uint32_t (&bits)[kItems],
+                                          uint64_t (&key)[kItems]) const {
 #pragma unroll
     for (int i = 0; i < kItems; ++i) key[i] = c.key_of_bits(bits[i], gs + i);
-    return mask;
   }
 };
 
@@ -336,12 +348,16 @@ enum PassResult { kDone = 0, kGathered = 1 };
 // Runs histogram passes over src until the k-th key is pinned (returns kDone,
 // *T = threshold) or, when cand != nullptr, until the keys >= prefix fit in
 // cand (gathers them in source order, returns kGathered, *ncand).
+// hist_ready: hist already holds the histogram of the first pass (depth
+// st.depth, prefix st.prefix) over src, so that pass is not run again.
 template <class Src>
 __device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist, BlockScratch& s,
-                             uint64_t* cand, int cand_cap, int* ncand, uint64_t* T) {
+                             uint64_t* cand, int cand_cap, int* ncand, uint64_t* T,
+                             bool hist_ready = false) {
   while (true) {
     const int dbits = digit_bits(st.depth);
-    hist_pass(src, hist, st.prefix, st.depth, dbits);
+    if (!hist_ready) hist_pass(src, hist, st.prefix, st.depth, dbits);
+    hist_ready = false;
     find_bin(hist, dbits, st.kk, s);
     const int b = s.bin, above = s.above, E = s.count;
     __syncthreads();  // scratch reused below
@@ -360,6 +376,115 @@ __device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist
       return kGathered;
     }
   }
+}
+
+// In-place ordered compaction of n keys in shared memory: keeps the keys >=
+// T, in order; returns how many. IT keys per thread per step (few registers:
+// it runs inside loops that hold other state). Safe in place: a step reads
+// positions [tb, tb + step) before its scan's barriers and writes positions
+// below tb + step after them; the next step reads from tb + step on.
+template <int IT>
+__device__ int compact_smem_inplace(uint64_t* buf, int n, uint64_t T, BlockScratch& s) {
+  const int step = int(blockDim.x) * IT;
+  int base = 0;
+  for (int tb = 0; tb < n; tb += step) {
+    const int gs = tb + int(threadIdx.x) * IT;
+    uint64_t key[IT];
+    uint32_t sel = 0;
+#pragma unroll
+    for (int i = 0; i < IT; ++i) {
+      key[i] = 0;
+      if (gs + i < n) {
+        key[i] = buf[gs + i];
+        if (key[i] >= T) sel |= 1u << i;
+      }
+    }
+    int total;
+    int pos = base + block_excl_scan(__popc(sel), s, &total);
+#pragma unroll
+    for (int i = 0; i < IT; ++i)
+      if ((sel >> i) & 1u) buf[pos++] = key[i];
+    base += total;
+  }
+  return base;
+}
+
+// ----------------------------------------------------------------------------
+// Online first pass over a streamed row: ONE read of the row builds the full
+// top-digit (11-bit) histogram and gathers, into buf (shared memory, index
+// order), a superset of the keys whose top digit is >= the final threshold
+// bin b*.
+//
+// After each tile the running bin rb is the bin where the count from the top
+// of the histogram so far reaches k (0 while fewer than k keys were seen).
+// Counts only grow, so rb only rises and every rb <= b*. A tile's keys with
+// digit >= rb (rb computed with that tile counted) are appended; when the
+// buffer has no room for a whole tile, it is compacted in place against the
+// current rb. A key with digit >= b* is therefore never skipped or dropped:
+// if nothing overflowed, buf holds every key with digit >= b* (plus some
+// below it). Returns false if a tile did not fit even after compaction; buf
+// is then unusable, but the histogram is still complete.
+//
+// On return (all threads): s.bin = b*, s.above = keys in higher bins,
+// s.count = keys in bin b* (the find_bin of the complete histogram), and hist
+// is the complete top-digit histogram of src. Needs src to hold >= k keys.
+template <class Src>
+__device__ bool online_pass(const Src& src, int k, uint32_t* hist, BlockScratch& s, uint64_t* buf,
+                            int cap, int* nbuf) {
+  for (int i = threadIdx.x; i < kMaxBins; i += blockDim.x) hist[i] = 0;
+  if (threadIdx.x == 0) {
+    s.bin = 0;
+    s.above = 0;
+    s.count = 0;
+  }
+  __syncthreads();
+  const int64_t step = int64_t(blockDim.x) * kItems;
+  const int64_t end = src.end();
+  const int ntiles = int((end - src.first() + step - 1) / step);
+  int base = 0;  // keys in buf (uniform)
+  bool ok = true;
+  int rb = 0;
+  int64_t gs = src.first() + int64_t(threadIdx.x) * kItems;
+  // (No software pipelining of the loads: holding the next tile's data
+  // across the tile's work and compaction spills at 64 registers. Other
+  // blocks' loads, and the one read instead of two, are what this pass buys.)
+  for (int t = 0; t < ntiles; ++t) {
+    if (ok && base > cap - int(step)) {
+      // no room for a whole tile: drop the keys below the running bin (in
+      // place; order kept)
+      base = compact_smem_inplace<4>(buf, base, uint64_t(rb) << 53, s);
+      __syncthreads();
+    }
+    uint32_t cur[kItems];
+    uint32_t m = 0;
+    if (gs < end) m = src.load_bits(gs, cur);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if ((m >> i) & 1u) atomicAdd(&hist[uint32_t(src.key1(gs + i, cur[i]) >> 53)], 1u);
+    __syncthreads();
+    find_bin(hist, 11, k, s);  // updates s.bin only once >= k keys were counted
+    rb = s.bin;
+    if (ok) {
+      uint32_t sel = 0;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+        if (((m >> i) & 1u) && int(src.key1(gs + i, cur[i]) >> 53) >= rb) sel |= 1u << i;
+      int total;
+      int pos = base + block_excl_scan(__popc(sel), s, &total);
+      if (base + total <= cap) {
+#pragma unroll
+        for (int i = 0; i < kItems; ++i)
+          if ((sel >> i) & 1u) buf[pos++] = src.key1(gs + i, cur[i]);
+        base += total;
+      } else {
+        ok = false;
+      }
+    }
+    gs += step;
+  }
+  __syncthreads();
+  *nbuf = base;
+  return ok;
 }
 
 // Output writer. sel: the keys >= T of src (exactly keff of them).

@@ -14,6 +14,13 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 NV = "nvidia-sm100"
 
 
+@pytest.fixture(autouse=True)
+def _warp_path(monkeypatch):
+    # the shape rule sends few rows to the one-block kernel; force the warp one
+    # (the extension reads SPARSETOPK_NV_PATH on every call)
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "warp")
+
+
 def _plan(rows, width, k):
     from sparsetopk_nvidia_sm100 import _backend
 
@@ -31,11 +38,15 @@ def _check(x, k, **kw):
         assert torch.equal(a.values, b.values)
 
 
-def test_small_k_takes_the_warp_path():
-    p = _plan(64, 1344, 16)
+def test_small_k_takes_the_warp_path(monkeypatch):
+    monkeypatch.delenv("SPARSETOPK_NV_PATH")
+    p = _plan(512, 1344, 16)
     assert p["warp_wpb"] > 0 and p["warp_m"] == 1
-    assert _plan(64, 1344, 64)["warp_m"] == 2
-    assert _plan(64, 1344, 65)["warp_wpb"] == 0
+    assert _plan(512, 1344, 64)["warp_m"] == 2
+    assert _plan(512, 1344, 65)["warp_wpb"] == 0
+    assert _plan(8, 1344, 16)["warp_wpb"] == 0  # few rows: one block per row
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
+    assert _plan(512, 1344, 16)["warp_wpb"] == 0
 
 
 @pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64])

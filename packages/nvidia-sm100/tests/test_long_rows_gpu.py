@@ -1,0 +1,246 @@
+"""GPU tests of the long-row paths of nvidia-sm100, each forced through
+SPARSETOPK_NV_PATH (read by the extension on every call), against the
+``reference`` backend, with data built to hit the fallbacks:
+
+- one-block streamed rows with the one-read online gather ("stream": no row
+  stays resident, so short rows take it too), and its overflow fallback
+  (narrow bands, all-equal rows, sorted rows, blocky rows);
+- the two-read multi-pass streamed select ("stream,no-online");
+- the sampled split path ("split": sample + gather + final), and its
+  fallbacks (fewer than k keys >= the estimate cannot happen by construction
+  of the data here, but segment overflow and > cand_cap candidates do:
+  blocky and band rows);
+- the legacy split path ("split,legacy-split"), and the automatic choice.
+
+Skipped without a usable CUDA device.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import pytest
+import torch
+
+import sparsetopk
+
+BK = "nvidia-sm100"
+
+
+def _usable():
+    if not torch.cuda.is_available():
+        return False
+    try:
+        from sparsetopk import registry
+
+        return bool(registry.availability(BK))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
+
+PATHS = ["auto", "stream", "stream,no-online", "split", "split,legacy-split", "rows"]
+KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
+
+
+def _data(kind: str, rows: int, width: int, dtype, g: torch.Generator) -> torch.Tensor:
+    if kind == "normal":
+        x = torch.randn(rows, width, generator=g)
+    elif kind == "sorted":
+        x = torch.sort(torch.randn(rows, width, generator=g), dim=1).values
+    elif kind == "sorted_desc":
+        x = torch.sort(torch.randn(rows, width, generator=g), dim=1, descending=True).values
+    elif kind == "band":
+        # thousands of values within a few ulps of 1.0: the threshold bin holds
+        # most of the row (candidate buffers overflow)
+        if dtype == torch.float32:
+            b = torch.randint(0, 5, (rows, width), generator=g, dtype=torch.int32) + 0x3F800000
+            return b.view(torch.float32)
+        b = torch.randint(0, 3, (rows, width), generator=g, dtype=torch.int16)
+        base = 0x3F80 if dtype == torch.bfloat16 else 0x3C00
+        return (b + base).view(dtype)
+    elif kind == "band_bf16ties":
+        # max-pooled-logit-like band: many exact ties after rounding
+        x = torch.randn(rows, width, 8, generator=g).amax(-1)
+        x = x.to(torch.bfloat16).float()
+    elif kind == "const":
+        x = torch.full((rows, width), 0.75)
+    elif kind == "specials":
+        x = torch.randn(rows, width, generator=g)
+        sel = torch.randint(0, 10, (rows, width), generator=g)
+        x = torch.where(sel == 0, torch.full_like(x, math.nan), x)
+        x = torch.where(sel == 1, torch.full_like(x, math.inf), x)
+        x = torch.where(sel == 2, torch.full_like(x, -math.inf), x)
+        x = torch.where(sel == 3, torch.full_like(x, -0.0), x)
+        x = torch.where(sel == 4, torch.full_like(x, 0.0), x)
+    elif kind == "blocky":
+        # every top-k key in one contiguous run: one split chunk gets them all
+        x = torch.randn(rows, width, generator=g)
+        a, n = width // 3, min(width - width // 3, 6000)
+        x[:, a : a + n] = 100.0 + torch.randn(rows, n, generator=g) * 1e-3
+    else:
+        raise ValueError(kind)
+    return x.to(dtype)
+
+
+def _dirty(x: torch.Tensor, lengths, g: torch.Generator) -> torch.Tensor:
+    """Columns at or past each row's length hold garbage (never to be read)."""
+    x = x.clone()
+    junk = torch.tensor([math.nan, math.inf, 1e30, -math.inf, 3e4], dtype=torch.float32).to(x.dtype)
+    for r, L in enumerate(lengths):
+        L = max(0, min(int(L), x.shape[1]))
+        if L < x.shape[1]:
+            idx = torch.randint(0, len(junk), (x.shape[1] - L,), generator=g)
+            x[r, L:] = junk[idx]
+    return x
+
+
+def _same(a, b, order: str) -> bool:
+    ai, av, bi, bv = a.indices, a.values, b.indices, b.values
+    if order == "any":
+        def canon(i, v):
+            key = torch.where(i < 0, torch.full_like(i, 2**31 - 1), i)
+            _, p = torch.sort(key, dim=1)
+            return torch.gather(i, 1, p), torch.gather(v, 1, p)
+
+        ai, av = canon(ai, av)
+        bi, bv = canon(bi, bv)
+    return torch.equal(ai.cpu(), bi.cpu()) and torch.equal(av.cpu().view(torch.int32), bv.cpu().view(torch.int32))
+
+
+def _check(x, k, **kw):
+    a = sparsetopk.topk(x, k, backend=BK, return_values=True, **kw)
+    a2 = sparsetopk.topk(x, k, backend=BK, return_values=True, **kw)
+    b = sparsetopk.topk(x, k, backend="reference", return_values=True, **kw)
+    order = kw.get("order", "rank")
+    assert _same(a, b, order), f"mismatch vs reference: k={k} shape={tuple(x.shape)} dtype={x.dtype} " + str(
+        {n: v for n, v in kw.items() if not torch.is_tensor(v)})
+    assert torch.equal(a.indices, a2.indices) and torch.equal(
+        a.values.view(torch.int32), a2.values.view(torch.int32)), "not deterministic"
+
+
+@pytest.fixture
+def path(request, monkeypatch):
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("path", PATHS, indirect=True)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("k", [1, 16, 2048, 4096])
+def test_paths_adversarial(path, kind, k):
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|{k}".encode()))
+    width = 70000
+    lens = [-5, 0, 1, k - 1, k, k + 1, 9000, 40000, width, width + 100]
+    rows = len(lens)
+    dtype = {1: torch.float16, 16: torch.bfloat16}.get(k, torch.float32)
+    if kind == "band_bf16ties":
+        dtype = torch.bfloat16
+    x = _dirty(_data(kind, rows, width, dtype, g), lens, g).to(dev)
+    lengths = torch.tensor(lens, dtype=torch.int64, device=dev)
+    for j, order in enumerate(["any", "rank", "index"]):
+        _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
+
+
+@pytest.mark.parametrize("path", ["auto", "stream", "split", "split,legacy-split"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_paths_options(path, dtype):
+    """starts, shard view, forced columns, int lengths, misaligned row views."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(7)
+    rows, width = 6, 50001
+    buf = torch.randn(rows, width + 3, generator=g).to(dtype)
+    x = buf[:, 3:].to(dev)  # misaligned, row stride > width
+    starts = torch.tensor([0, 5, 1, 20000, width, -3], dtype=torch.int32, device=dev)
+    for k in (64, 2048):
+        _check(x, k, starts=starts, lengths=torch.tensor([width, 30000, 49000, 10, 7, 40000], device=dev),
+               force_begin=4, force_end=100, order="rank")
+        _check(x, k, index_scale=3, index_offset=2, lengths=3 * width - 10, order="index", tie_break="high")
+        _check(x, k, lengths=45000, order="any")
+
+
+@pytest.mark.parametrize("path", ["auto", "split", "split,legacy-split"], indirect=True)
+def test_split_shapes(path):
+    """The shapes of the issue's long-row cells (smaller row counts), 1M-column
+    stride with per-row lengths, and the 64-row split."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(3)
+    x = torch.randn(4, 1 << 20, generator=g, device=dev)
+    for lens in ([40000] * 4, [150000] * 4, [1 << 20, 40000, 150000, 3000]):
+        lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+        for k in (2048, 4096):
+            _check(x, k, lengths=lengths, order="any")
+    x = torch.randn(64, 1 << 18, generator=g, device=dev)
+    _check(x, 2048, order="rank")
+    _check(x.to(torch.bfloat16), 2048, order="any")
+
+
+def test_prefill_like_stream():
+    """Ragged causal prefill shape (rows > 2 x SMs: one block per row, streamed
+    rows of up to 128K read once by the online gather)."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(11)
+    rows, width = 512, 131072
+    x = torch.randn(rows, width, generator=g, device=dev)
+    lengths = (width - rows + 1 + torch.arange(rows, device=dev)).to(torch.int32)
+    lengths[::7] = torch.randint(1, width, (len(lengths[::7]),), generator=g, device=dev).to(torch.int32)
+    _check(x, 2048, lengths=lengths, order="any")
+    _check(x, 2048, lengths=lengths, order="rank")
+    # narrow band: every row overflows the online buffer (exact fallback)
+    xb = (torch.randint(0, 4, (64, width), generator=g, device=dev, dtype=torch.int32) + 0x3F800000).view(torch.float32)
+    _check(xb, 2048, order="index")
+
+
+def test_cuda_graph_sampled_split():
+    """The sampled split path captured in a CUDA graph and replayed on new data."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(5)
+    rows, width, k = 4, 1 << 20, 2048
+    x = torch.randn(rows, width, generator=g, device=dev)
+    lengths = torch.tensor([40000, 150000, width, 1000], dtype=torch.int32, device=dev)
+    oi = torch.empty(rows, k, dtype=torch.int32, device=dev)
+    ov = torch.empty(rows, k, dtype=torch.float32, device=dev)
+
+    def fn():
+        sparsetopk.topk(x, k, lengths=lengths, order="any", out=(oi, ov), backend=BK)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for step in range(3):
+        x.copy_(torch.randn(rows, width, generator=g, device=dev) if step != 1 else
+                (torch.randint(0, 4, (rows, width), generator=g, device=dev, dtype=torch.int32) + 0x3F800000).view(
+                    torch.float32))
+        lengths.copy_(torch.randint(-3, width + 5, (rows,), generator=g, device=dev).to(torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = sparsetopk.topk(x, k, lengths=lengths, order="any", return_values=True, backend="reference")
+        assert _same(type(ref)(oi, ov), ref, "any"), f"graph replay {step}"
+
+
+def test_plan_reports_paths(monkeypatch):
+    from sparsetopk_nvidia_sm100._backend import _ext
+
+    C = _ext()
+    monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
+    p = C.plan(4, 1 << 20, 2048, 0)
+    assert p["split"] and p["sampled"] and p["online"]
+    assert not C.plan(4096, 131072, 2048, 0)["split"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
+    p = C.plan(4, 1 << 20, 2048, 0)
+    assert p["split"] and not p["sampled"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,no-online")
+    p = C.plan(4, 1 << 20, 2048, 0)
+    assert not p["split"] and not p["online"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "bogus")
+    with pytest.raises(ValueError):
+        C.plan(4, 1 << 20, 2048, 0)
