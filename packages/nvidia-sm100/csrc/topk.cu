@@ -684,8 +684,10 @@ Plan plan_topk(TopkParams& p, int dev) {
   } else {
     p.cand_cap = int(std::min<int64_t>(16384, std::max<int64_t>(1024, 4 * int64_t(k))));
     const int64_t fixed = int64_t(fixed_smem(p));
-    int64_t res = std::min<int64_t>(W, (budget - fixed) / 4);
-    res = std::max<int64_t>(0, res / 8 * 8);
+    // capacity in whole 8-element tiles, rounded up so a row of any width
+    // that fits stays resident (rounding down sent odd widths to streaming)
+    int64_t res = std::min<int64_t>((W + 7) / 8 * 8, (budget - fixed) / 4 / 8 * 8);
+    res = std::max<int64_t>(0, res);
     if (opt.stream_all) res = 0;
     // keep occupancy for short rows; a row of 64K+ columns streams
     p.res_cap = res;

@@ -451,7 +451,9 @@ __device__ bool online_pass(const Src& src, int k, uint32_t* hist, BlockScratch&
   for (int t = 0; t < ntiles; ++t) {
     if (ok && base > cap - int(step)) {
       // no room for a whole tile: drop the keys below the running bin (in
-      // place; order kept)
+      // place; order kept). The barrier orders the previous tile's appends
+      // before the compaction reads them.
+      __syncthreads();
       base = compact_smem_inplace<4>(buf, base, uint64_t(rb) << 53, s);
       __syncthreads();
     }
