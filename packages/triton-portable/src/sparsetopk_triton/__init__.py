@@ -15,7 +15,7 @@ from typing import Optional
 from sparsetopk.protocol import Availability, Backend, Capabilities
 
 __version__ = "0.1.0"
-__all__ = ["TritonPortableBackend", "make_backend", "__version__"]
+__all__ = ["TritonPortableBackend", "make_backend", "warmup", "__version__"]
 
 K_MAX = 4096
 
@@ -64,13 +64,6 @@ class TritonPortableBackend(Backend):
         reason = super().supports(call)
         if reason is not None:
             return reason
-        if call.op == "merge":
-            from . import launch
-
-            np_ = launch.merge_np(call)
-            if np_ > launch.CONFIG["merge_max_np"]:
-                return (f"merges at most {launch.CONFIG['merge_max_np']} candidates per row "
-                        f"(next_pow2(max(R*k_in, k)) = {np_})")
         return None
 
     # -- the work -----------------------------------------------------------
@@ -83,6 +76,17 @@ class TritonPortableBackend(Backend):
         from . import launch
 
         launch.merge(call, indices, values)
+
+
+def warmup(topk_shapes=(), merge_shapes=(), dtypes=None, device=None) -> int:
+    """Compile the kernel variants a serving config needs before CUDA-graph capture
+    (see ``launch.warmup``): ``topk_shapes`` (rows, width, k), ``merge_shapes``
+    (rows, R, k_in, k), score ``dtypes`` (default float32)."""
+    import torch
+
+    from . import launch
+
+    return launch.warmup(topk_shapes, merge_shapes, dtypes or (torch.float32,), device)
 
 
 _BACKEND: Optional[TritonPortableBackend] = None

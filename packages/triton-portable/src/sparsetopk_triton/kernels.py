@@ -38,6 +38,21 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+
+def _jit(fn):
+    """``triton.jit`` with every non-constexpr argument excluded from specialisation.
+
+    Triton otherwise compiles a separate variant for each combination of integer
+    arguments equal to 1 / divisible by 16 and pointers aligned to 16 bytes (the
+    conformance suite hit 556 variants that way). The kernels gain nothing from it:
+    row starts are runtime values, so load alignment is unknown anyway."""
+    import inspect
+
+    params = inspect.signature(fn).parameters.values()
+    names = [p.name for p in params if p.annotation is inspect.Parameter.empty]
+    return triton.jit(do_not_specialize=names)(fn)
+
+
 INT64_MIN = tl.constexpr(-(2**63))
 INT64_MAX = tl.constexpr(2**63 - 1)
 INT32_MIN = tl.constexpr(-(2**31))
@@ -55,12 +70,28 @@ ORDER_ANY = tl.constexpr(2)
 
 
 @triton.jit
+def _load_i64(p32, row):
+    """Element ``row`` of an int64 tensor passed as its int32 view (little endian), so
+    int32 and int64 starts/lengths share one pointer type (one compiled variant)."""
+    r2 = row.to(tl.int64) * 2
+    lo = tl.load(p32 + r2).to(tl.int64) & LOW32
+    hi = tl.load(p32 + r2 + 1).to(tl.int64)
+    return (hi << 32) | lo
+
+
+@triton.jit
 def _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off,
           HAS_STARTS, LEN_MODE):
-    """Row geometry: (start column s, clamped global length L, valid count nj)."""
+    """Row geometry: (start column s, clamped global length L, valid count nj).
+
+    HAS_STARTS: 0 none, 1 int32, 2 int64 (as int32 pairs); LEN_MODE: 0 none,
+    1 Python int, 2 int32 tensor, 3 int64 tensor (as int32 pairs)."""
     w64 = width.to(tl.int64)
-    if HAS_STARTS:
+    if HAS_STARTS == 1:
         s = tl.load(starts_ptr + row).to(tl.int64)
+        s = tl.minimum(tl.maximum(s, 0), w64)
+    elif HAS_STARTS == 2:
+        s = _load_i64(starts_ptr, row)
         s = tl.minimum(tl.maximum(s, 0), w64)
     else:
         s = w64 * 0
@@ -70,8 +101,10 @@ def _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off,
         L = cap
     elif LEN_MODE == 1:
         L = tl.minimum(tl.maximum(len_int.to(tl.int64), 0), cap)
-    else:
+    elif LEN_MODE == 2:
         L = tl.minimum(tl.maximum(tl.load(lens_ptr + row).to(tl.int64), 0), cap)
+    else:
+        L = tl.minimum(tl.maximum(_load_i64(lens_ptr, row), 0), cap)
     t = tl.maximum(L - off, 0)
     nj = tl.minimum(W, (t + scale - 1) // scale)
     return s, L, nj.to(tl.int32)
@@ -154,12 +187,22 @@ def _merge_best(best, cand, KP: tl.constexpr):
     return tl.topk(both, KP)
 
 
-@triton.jit(do_not_specialize=["width", "len_int", "k", "fb", "fe", "HAS_STARTS", "LEN_MODE", "TIE_LOW", "ORDER", "WRITE_VALS"])
+@_jit
 def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
-                   idx_ptr, s_oi, val_ptr, s_ov, part_ptr, k,
+                   idx_ptr, s_oi, val_ptr, s_ov, part_ptr, scr_ptr, k,
                    HAS_STARTS, LEN_MODE, TIE_LOW,
-                   ORDER, WRITE_VALS, SPLIT: tl.constexpr,
-                   KP: tl.constexpr, BLOCK: tl.constexpr):
+                   ORDER, WRITE_VALS, SPLIT,
+                   KP: tl.constexpr, BLOCK: tl.constexpr, NG: tl.constexpr,
+                   C: tl.constexpr, SUB: tl.constexpr):
+    """Running best KP keys over the row's tiles, with an exact pre-filter per tile.
+
+    Per tile: T = the KP-th largest of the maxima of NG column groups. The KP best
+    keys of the tile are all >= T (the KP groups with the largest maxima hold KP
+    keys >= T), and only keys above the current KP-th best can enter. The few
+    candidates passing both are compacted (prefix sum) into a C-slot scratch
+    and merged. A tile with more than C candidates (heavy ties, adversarial data)
+    is merged exactly in SUB-column pieces instead. Code size depends on KP, C and
+    SUB, not on BLOCK."""
     # program (row, sp) of nsp owns the row tiles sp, sp + nsp, sp + 2 nsp, ...
     row = tl.program_id(0)
     sp = tl.program_id(1)
@@ -168,21 +211,35 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     fe_thr = L - fe
     row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
     cols = tl.arange(0, BLOCK)
-    j0 = sp * BLOCK
-    sord, g, valid = _tile_sord(row_ptr, j0 + cols, nj, scale, off, fb, fe_thr)
-    key = _make_key(sord, g, valid, TIE_LOW)
-    if BLOCK == KP:
-        best = tl.sort(key, descending=True)
-    else:
-        best = tl.topk(key, KP)
-    for t in range(j0 + nsp * BLOCK, nj, nsp * BLOCK):
+    ci = tl.arange(0, C)
+    si = tl.arange(0, SUB)
+    scr = scr_ptr + (row.to(tl.int64) * nsp + sp) * C
+    best = tl.full([KP], INT64_MIN, tl.int64)
+    for t in range(sp * BLOCK, nj, nsp * BLOCK):
         sord, g, valid = _tile_sord(row_ptr, t + cols, nj, scale, off, fb, fe_thr)
         key = _make_key(sord, g, valid, TIE_LOW)
-        if BLOCK == KP:
-            cand = key
+        kth = tl.min(best, 0)
+        gmax = tl.max(tl.reshape(key, [NG, BLOCK // NG]), 1)
+        thr = tl.min(tl.topk(gmax, KP), 0)
+        cand = (key >= thr) & (key > kth)
+        n = tl.sum(cand.to(tl.int32), 0)
+        if n <= C:
+            if n > 0:
+                pos = tl.cumsum(cand.to(tl.int32), 0) - 1
+                tl.store(scr + pos, key, mask=cand)
+                tl.debug_barrier()
+                c = tl.load(scr + ci, mask=ci < n, other=INT64_MIN)
+                tl.debug_barrier()
+                if C > KP:
+                    c = tl.topk(c, KP)
+                best = _merge_best(best, c, KP)
         else:
-            cand = tl.topk(key, KP)
-        best = _merge_best(best, cand, KP)
+            for u in range(t, t + BLOCK, SUB):
+                sord2, g2, valid2 = _tile_sord(row_ptr, u + si, nj, scale, off, fb, fe_thr)
+                key2 = _make_key(sord2, g2, valid2, TIE_LOW)
+                if SUB > KP:
+                    key2 = tl.topk(key2, KP)
+                best = _merge_best(best, key2, KP)
     if SPLIT:
         base = (row.to(tl.int64) * nsp + sp) * KP
         tl.store(part_ptr + base + tl.arange(0, KP), best)
@@ -190,7 +247,7 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
         _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
 
 
-@triton.jit(do_not_specialize=["k", "nsplit", "TIE_LOW", "ORDER", "WRITE_VALS"])
+@_jit
 def _stream_final_kernel(part_ptr, nsplit, idx_ptr, s_oi, val_ptr, s_ov, k,
                          TIE_LOW, ORDER, WRITE_VALS,
                          KP: tl.constexpr):
@@ -232,7 +289,7 @@ def _radix_state(hist_ptr, row, kk, P):
     return prefix, rem, cnt
 
 
-@triton.jit(do_not_specialize=["width", "len_int", "k", "fb", "fe", "HAS_STARTS", "LEN_MODE", "P"])
+@_jit
 def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                        hist_ptr, k,
                        HAS_STARTS, LEN_MODE, P,
@@ -260,7 +317,7 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
     tl.atomic_add(hist_ptr + row.to(tl.int64) * 1024 + P * 256 + tl.arange(0, 256), local)
 
 
-@triton.jit(do_not_specialize=["width", "len_int", "k", "fb", "fe", "ntiles", "HAS_STARTS", "LEN_MODE"])
+@_jit
 def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, k, ntiles,
                         HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
@@ -285,7 +342,7 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
         tl.store(cnt_ptr + cbase + tile * 2 + 1, n_eq)
 
 
-@triton.jit(do_not_specialize=["width", "len_int", "k", "fb", "fe", "ntiles", "HAS_STARTS", "LEN_MODE", "TIE_LOW", "WRITE_VALS"])
+@_jit
 def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, idx_ptr, s_oi, val_ptr, s_ov, k, ntiles,
                         HAS_STARTS, LEN_MODE, TIE_LOW,
@@ -343,22 +400,124 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
                 tl.store(vrow + t + pcols, tl.full([PBLOCK], float("-inf"), tl.float32), mask=m)
 
 
-@triton.jit(do_not_specialize=["k", "TIE_LOW"])
-def _rank_sort_kernel(idx_ptr, s_oi, val_ptr, s_ov, k,
-                      TIE_LOW, KP: tl.constexpr):
-    """Sort a row's selected (index, canonical value) pairs into rank order in place."""
+# ---------------------------------------------------------------------------
+# chunked sorting (large k rank order, large merges): code size set by CH only
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _count_gt(chunk_ptr, x, CH: tl.constexpr, LOG_CH: tl.constexpr):
+    """For each x: how many keys of a descending-sorted CH-key chunk are > x
+    (branchless binary search, LOG_CH + 1 gathers)."""
+    pos = tl.zeros(x.shape, tl.int32)
+    for q in tl.static_range(LOG_CH):
+        v = tl.load(chunk_ptr + pos + ((CH >> (q + 1)) - 1))
+        pos = tl.where(v > x, pos + (CH >> (q + 1)), pos)
+    v = tl.load(chunk_ptr + pos)
+    return tl.where(v > x, pos + 1, pos)
+
+
+@_jit
+def _sort_chunks_kernel(src_idx, s_si, src_val, s_sv, n, dst_ptr, nch,
+                        TIE_LOW, MODE, CH: tl.constexpr):
+    """Chunk c of a row's n (index, float32 value) pairs -> CH int64 keys sorted
+    descending into dst[row, c*CH:(c+1)*CH]; entries with index < 0 (or past n)
+    become INT64_MIN. MODE 0: rank keys. MODE 1: index-order keys
+    ((INT32_MAX - g) << 32 | sord). MODE 2: NOT of the merge's dedupe key
+    (g << 32 | ~ordered(value)), so descending = ascending g, best value first."""
     row = tl.program_id(0)
-    i = tl.arange(0, KP)
-    m = i < k
+    c = tl.program_id(1)
+    i = tl.arange(0, CH)
+    j = c * CH + i
+    m = j < n
+    g = tl.load(src_idx + row.to(tl.int64) * s_si + j, mask=m, other=-1)
+    v = tl.load(src_val + row.to(tl.int64) * s_sv + j, mask=m, other=0.0)
+    valid = m & (g >= 0)
+    sord = _f32_to_sord(v)
+    if MODE == 0:
+        key = _make_key(sord, g, valid, TIE_LOW)
+    elif MODE == 1:
+        key = ((2147483647 - g.to(tl.int64)) << 32) | (sord.to(tl.int64) & LOW32)
+        key = tl.where(valid, key, INT64_MIN)
+    else:
+        pk = (g.to(tl.int64) << 32) | ((sord.to(tl.int64) + 2147483648) ^ LOW32)
+        key = tl.where(valid, ~pk, INT64_MIN)
+    key = tl.sort(key, descending=True)
+    tl.store(dst_ptr + row.to(tl.int64) * nch * CH + j, key)
+
+
+@_jit
+def _merge_dedupe_kernel(src_ptr, dst_ptr, nch, TIE_LOW,
+                         CH: tl.constexpr, LOG_CH: tl.constexpr):
+    """Chunks of NOT dedupe keys (from _sort_chunks_kernel MODE 2) -> chunks of rank
+    keys sorted descending, INT64_MIN for dropped copies. A copy is kept iff it is
+    the first of its index in its chunk and no other chunk holds the same index
+    with a higher value (or the same value in a lower chunk)."""
+    row = tl.program_id(0)
+    c = tl.program_id(1)
+    i = tl.arange(0, CH)
+    base = src_ptr + row.to(tl.int64) * nch * CH
+    x = tl.load(base + c * CH + i)
+    valid = x != INT64_MIN
+    pk = ~x
+    g = (pk >> 32).to(tl.int32)
+    prev = ~tl.load(base + c * CH + i - 1, mask=i > 0, other=INT64_MIN)
+    keep = valid & ((i == 0) | ((prev >> 32).to(tl.int32) != g))
+    # first key of index g in chunk b: position = count of keys with pk < g << 32
+    probe = ~(g.to(tl.int64) << 32)
+    for b in range(0, nch):
+        p = _count_gt(base + b * CH, probe, CH, LOG_CH)
+        e = ~tl.load(base + b * CH + tl.minimum(p, CH - 1))
+        e_ok = (p < CH) & (e != INT64_MAX) & ((e >> 32).to(tl.int32) == g)
+        keep = keep & ~(e_ok & ((e < pk) | ((e == pk) & (b < c))))
+    sord = (((pk & LOW32) ^ LOW32) - 2147483648).to(tl.int32)
+    key = _make_key(sord, g, keep, TIE_LOW)
+    key = tl.sort(key, descending=True)
+    tl.store(dst_ptr + row.to(tl.int64) * nch * CH + c * CH + i, key)
+
+
+@_jit
+def _rank_scatter_kernel(src_ptr, nch, idx_ptr, s_oi, val_ptr, s_ov, k,
+                         TIE_LOW, MODE, WRITE_VALS,
+                         CH: tl.constexpr, LOG_CH: tl.constexpr, PB: tl.constexpr):
+    """Global rank of every key of a row's descending-sorted chunks (its position in
+    its chunk plus, per other chunk, a binary-search count of larger keys); keys
+    of rank < k are written to that slot (MODE 0: rank keys, MODE 1: index-order
+    keys), slots [valid keys, k) get -1 / -inf."""
+    row = tl.program_id(0)
+    c = tl.program_id(1)
+    i = tl.arange(0, CH)
+    base = src_ptr + row.to(tl.int64) * nch * CH
+    x = tl.load(base + c * CH + i)
+    valid = x != INT64_MIN
+    rank = i
+    nvalid = tl.sum(valid.to(tl.int32), 0) * 0
+    for b in range(0, nch):
+        cnt = _count_gt(base + b * CH, x, CH, LOG_CH)
+        rank += tl.where(b == c, 0, cnt)
+        nvalid += tl.sum((tl.load(base + b * CH + i) != INT64_MIN).to(tl.int32), 0)
+    if MODE == 0:
+        lo = x & LOW32
+        if TIE_LOW:
+            g = (lo ^ LOW32).to(tl.int32)
+        else:
+            g = lo.to(tl.int32)
+        sord = (x >> 32).to(tl.int32)
+    else:
+        g = (2147483647 - (x >> 32)).to(tl.int32)
+        sord = (x & LOW32).to(tl.int32)
+    sel = valid & (rank < k)
     orow = idx_ptr + row.to(tl.int64) * s_oi
     vrow = val_ptr + row.to(tl.int64) * s_ov
-    g = tl.load(orow + i, mask=m, other=-1)
-    v = tl.load(vrow + i, mask=m, other=0.0)
-    valid = g >= 0
-    key = _make_key(_f32_to_sord(v), g, valid, TIE_LOW)
-    best = tl.sort(key, descending=True)
-    tl.debug_barrier()
-    _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER_RANK, True, KP)
+    tl.store(orow + rank, g, mask=sel)
+    if WRITE_VALS:
+        tl.store(vrow + rank, _sord_to_f32(sord), mask=sel)
+    pcols = tl.arange(0, PB)
+    for t in range(nvalid + c * PB, k, nch * PB):
+        m = (t + pcols) < k
+        tl.store(orow + t + pcols, tl.full([PB], -1, tl.int32), mask=m)
+        if WRITE_VALS:
+            tl.store(vrow + t + pcols, tl.full([PB], float("-inf"), tl.float32), mask=m)
 
 
 # ---------------------------------------------------------------------------
@@ -366,16 +525,15 @@ def _rank_sort_kernel(idx_ptr, s_oi, val_ptr, s_ov, k,
 # ---------------------------------------------------------------------------
 
 
-@triton.jit(do_not_specialize=["k", "n", "TIE_LOW", "ORDER", "WRITE_VALS"])
-def _merge_kernel(in_idx_ptr, in_val_ptr, n, scratch_ptr, idx_ptr, s_oi, val_ptr, s_ov, k,
+@_jit
+def _merge_kernel(in_idx_ptr, s_ii, in_val_ptr, s_iv, n, scratch_ptr, idx_ptr, s_oi, val_ptr, s_ov, k,
                   TIE_LOW, ORDER, WRITE_VALS,
                   NP: tl.constexpr, KP: tl.constexpr):
     row = tl.program_id(0)
     i = tl.arange(0, NP)
     m = i < n
-    base = row.to(tl.int64) * n
-    g = tl.load(in_idx_ptr + base + i, mask=m, other=-1)
-    v = tl.load(in_val_ptr + base + i, mask=m, other=float("-inf"))
+    g = tl.load(in_idx_ptr + row.to(tl.int64) * s_ii + i, mask=m, other=-1)
+    v = tl.load(in_val_ptr + row.to(tl.int64) * s_iv + i, mask=m, other=float("-inf"))
     valid = m & (g >= 0)
     sord = _f32_to_sord(v)
     # ascending (g, descending score): the first of each run of equal g is the copy to keep

@@ -32,13 +32,58 @@ CONFIG = {
     # on the H200 in 6 of the 9 k=2048 cells (e.g. 16x1M 1017 -> 653 us, 64x1M 3445 -> 2917 us).
     "programs_per_sm": 2,
     "radix_programs_per_sm": 4,
-    "merge_max_np": 16384,  # largest next_pow2(R * k_in) merged in one program
 }
 
 MAX_SPLIT = 512  # programs per row at most (the radix write kernel's SBLOCK)
 
 # Test hook: "stream" / "radix" forces a scheme for every topk call.
 FORCE_SCHEME = os.environ.get("SPARSETOPK_TRITON_SCHEME", "")
+
+# Variant survey (tools/variants.py): SPARSETOPK_TRITON_VARIANT_LOG=path appends one
+# JSON line per launch with the kernel's compile key for a cuda:90 target (the
+# signature types, the specialisation attributes Triton derives from the arguments,
+# constexprs and num_warps). SPARSETOPK_TRITON_DRYRUN=1 also skips every launch and
+# fills the outputs from the reference backend, and SPARSETOPK_TRITON_FAKE_SMS sets
+# the SM count, so a CPU run of the conformance suite with the interpreter budgets
+# lifted lists the variants a GPU run compiles.
+VARIANT_LOG = os.environ.get("SPARSETOPK_TRITON_VARIANT_LOG", "")
+DRYRUN = os.environ.get("SPARSETOPK_TRITON_DRYRUN", "0") not in ("", "0")
+_FAKE_SMS = int(os.environ.get("SPARSETOPK_TRITON_FAKE_SMS", "0") or 0)
+_binders = {}
+
+
+def _log_variant(kern, args, kw) -> None:
+    import json
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    if kern not in _binders:
+        fn = kern
+        if not hasattr(fn, "signature"):  # InterpretedFunction: rebuild the JITFunction
+            from triton.runtime.jit import JITFunction
+
+            fn = JITFunction(kern.fn, **{a: v for a, v in kern.kwargs.items() if a.startswith("do_not")})
+        be = make_backend(GPUTarget("cuda", 90, 32))
+        _binders[kern] = fn, create_function_from_signature(fn.signature, fn.params, be)
+    fn, binder = _binders[kern]
+    _, spec, opts = binder(*args, **kw)
+    names = [p.name for p in fn.params]
+    sig = {n: s[0] for n, s in zip(names, spec)}
+    consts = {n: (s[1] if not hasattr(s[1], "value") else s[1].value) for n, s in zip(names, spec)
+              if s[0] == "constexpr"}
+    attrs = {n: s[1] for n, s in zip(names, spec) if s[0] != "constexpr" and isinstance(s[1], str)}
+    rec = dict(kernel=fn.__name__, sig=sig, consts=consts, attrs=attrs, num_warps=opts.get("num_warps", 4))
+    with open(VARIANT_LOG, "a") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+def _launch(kern, grid, *args, **kw) -> None:
+    if VARIANT_LOG:
+        _log_variant(kern, args, kw)
+    if not DRYRUN:
+        kern[grid](*args, **kw)
 
 
 def interpreted() -> bool:
@@ -151,6 +196,8 @@ if interpreted():
 @functools.cache
 def _device_props(device_type: str, index: int):
     """(SM/CU count, warp size) of a device, cached; (4, 32) under the interpreter."""
+    if _FAKE_SMS:
+        return _FAKE_SMS, 32
     if device_type == "cpu":
         return 4, 32
     p = torch.cuda.get_device_properties(index)
@@ -172,24 +219,42 @@ def _warps(block_elems: int, warp_size: int, lo: int = 4, hi: int = 16) -> int:
 
 
 def _cfg(name: str) -> int:
-    if interpreted() and (name + "_interp") in CONFIG:
+    if interpreted() and not DRYRUN and (name + "_interp") in CONFIG:
         return CONFIG[name + "_interp"]
     return CONFIG[name]
 
 
-def _geometry_args(call):
+def _as_i32_ptr(t: torch.Tensor):
+    """(int32 tensor, mode): int64 tensors are passed as their int32 view (mode 2)
+    and read as pairs in the kernel, so both dtypes use one compiled variant."""
+    if t.dtype == torch.int64:
+        return t.contiguous().view(torch.int32), 2
+    return t, 1
+
+
+def _geometry_args(call, dummy):
     scores = call.scores
     if isinstance(call.lengths, torch.Tensor):
-        lens, len_int, len_mode = call.lengths, 0, 2
+        lens, mode = _as_i32_ptr(call.lengths)
+        len_int, len_mode = 0, 1 + mode
     elif call.lengths is None:
-        lens, len_int, len_mode = scores, 0, 0
+        lens, len_int, len_mode = dummy, 0, 0
     else:
-        lens, len_int, len_mode = scores, int(call.lengths), 1
-    starts = call.starts if call.starts is not None else scores
+        lens, len_int, len_mode = dummy, int(call.lengths), 1
+    if call.starts is not None:
+        starts, has_starts = _as_i32_ptr(call.starts)
+    else:
+        starts, has_starts = dummy, 0
     fb = min(int(call.force_begin), 2**31 - 1)
     fe = min(int(call.force_end), 2**33)
     return (scores, scores.stride(0), starts, lens, len_int, call.width, call.index_scale,
-            call.index_offset, fb, fe), dict(HAS_STARTS=int(call.starts is not None), LEN_MODE=len_mode)
+            call.index_offset, fb, fe), dict(HAS_STARTS=has_starts, LEN_MODE=len_mode)
+
+
+def _no_values(indices: torch.Tensor) -> torch.Tensor:
+    """Placeholder float32 values pointer when no values are written (WRITE_VALS=0;
+    never read or written), so calls with and without values share the variant."""
+    return torch.empty((indices.shape[0], 1), dtype=torch.float32, device=indices.device)
 
 
 def _order_code(order: str) -> int:
@@ -237,39 +302,55 @@ def topk(call, indices: torch.Tensor, values):
         _topk_stream(call, indices, values)
     else:
         _topk_radix(call, indices, values)
+    if DRYRUN:
+        _reference().topk(call, indices, values)
+
+
+@functools.cache
+def _reference():
+    from sparsetopk.reference import ReferenceBackend
+
+    return ReferenceBackend()
+
+
+def stream_shape(width: int, k: int):
+    """(KP, BLOCK, NG, C, SUB) of the stream scheme: few buckets (each is compiled)."""
+    KP = kp_for(k)
+    tile = _cfg("stream_tile")
+    BLOCK = min(tile, next((b for b in (512, 2048) if width <= b), tile))
+    BLOCK = max(BLOCK, 4 * KP)
+    NG = min(BLOCK, 2 * KP)  # column groups for the pre-filter threshold
+    C = 4 * KP  # candidate slots after the pre-filter
+    # piece size of the exact fallback; under the interpreter one piece (its cost
+    # there is per op, not per element, and the GPU code size does not matter)
+    SUB = BLOCK if interpreted() and not DRYRUN else C
+    return KP, BLOCK, NG, C, SUB
 
 
 def _topk_stream(call, indices, values):
     rows, width, k = call.rows, call.width, call.k
     sms, warp = device_props(call.scores)
-    KP = kp_for(k)
-    tile = _cfg("stream_tile")
-    # few distinct tile sizes (each is a compiled variant): 256, 1024, 2048, 4096, tile
-    BLOCK = min(tile, next((b for b in (256, 1024, 2048, 4096) if width <= b), tile))
-    BLOCK = max(KP, BLOCK)
+    KP, BLOCK, NG, C, SUB = stream_shape(width, k)
     nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
-    gargs, gkw = _geometry_args(call)
+    gargs, gkw = _geometry_args(call, indices)
     write_vals = values is not None
-    vt = values if write_vals else indices
+    vt = values if write_vals else _no_values(indices)
     order = _order_code(call.order)
     tie_low = int(call.tie_break == "low")
     write_vals = int(write_vals)
     nw = _warps(BLOCK, warp)
-    if nsplit == 1:
-        K._stream_kernel[(rows, 1)](
-            *gargs, indices, indices.stride(0), vt, vt.stride(0), indices, k,
-            **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, SPLIT=False,
-            KP=KP, BLOCK=BLOCK, num_warps=nw)
-        return
-    part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=call.scores.device)
-    K._stream_kernel[(rows, nsplit)](
-        *gargs, indices, indices.stride(0), vt, vt.stride(0), part, k,
-        **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, SPLIT=True,
-        KP=KP, BLOCK=BLOCK, num_warps=nw)
-    K._stream_final_kernel[(rows,)](
-        part, nsplit, indices, indices.stride(0), vt, vt.stride(0), k,
-        TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, KP=KP,
-        num_warps=_warps(2 * KP, warp))
+    dev = call.scores.device
+    scr = torch.empty((rows * nsplit, C), dtype=torch.int64, device=dev)
+    part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=dev) if nsplit > 1 else scr
+    _launch(K._stream_kernel, (rows, nsplit),
+            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, scr, k,
+            **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, SPLIT=int(nsplit > 1),
+            KP=KP, BLOCK=BLOCK, NG=NG, C=C, SUB=SUB, num_warps=nw)
+    if nsplit > 1:
+        _launch(K._stream_final_kernel, (rows,),
+                part, nsplit, indices, indices.stride(0), vt, vt.stride(0), k,
+                TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, KP=KP,
+                num_warps=_warps(2 * KP, warp))
 
 
 def _topk_radix(call, indices, values):
@@ -280,7 +361,7 @@ def _topk_radix(call, indices, values):
     nsplit = _split(rows, width, BLOCK, max(_cfg("radix_min_chunk"), BLOCK), sms,
                     CONFIG["radix_programs_per_sm"])
     ntiles = triton.cdiv(max(width, 1), BLOCK)
-    gargs, gkw = _geometry_args(call)
+    gargs, gkw = _geometry_args(call, indices)
     tie_low = int(call.tie_break == "low")
     rank = call.order == "rank"
     if values is not None:
@@ -288,24 +369,39 @@ def _topk_radix(call, indices, values):
     elif rank:
         vt, write_vals = torch.empty((rows, k), dtype=torch.float32, device=dev), True
     else:
-        vt, write_vals = indices, False
+        vt, write_vals = _no_values(indices), False
     hist = torch.zeros((rows, 4, 256), dtype=torch.int32, device=dev)
     cnt = torch.empty((rows, ntiles, 2), dtype=torch.int32, device=dev)
     grid = (rows, nsplit)
     nw = _warps(BLOCK, warp, hi=8)
     for p in range(4):
-        K._radix_hist_kernel[grid](*gargs, hist, k, **gkw, P=p, BLOCK=BLOCK, num_warps=nw)
-    K._radix_count_kernel[grid](*gargs, hist, cnt, k, ntiles, **gkw, BLOCK=BLOCK, num_warps=nw)
+        _launch(K._radix_hist_kernel, grid, *gargs, hist, k, **gkw, P=p, BLOCK=BLOCK, num_warps=nw)
+    _launch(K._radix_count_kernel, grid, *gargs, hist, cnt, k, ntiles, **gkw, BLOCK=BLOCK, num_warps=nw)
     SBLOCK = MAX_SPLIT
-    K._radix_write_kernel[grid](
+    _launch(K._radix_write_kernel, grid,
         *gargs, hist, cnt, indices, indices.stride(0), vt, vt.stride(0), k, ntiles,
         **gkw, TIE_LOW=tie_low, WRITE_VALS=int(write_vals), BLOCK=BLOCK, SBLOCK=SBLOCK,
         PBLOCK=1024, num_warps=nw)
     if rank:
-        KP = kp_for(k)
-        K._rank_sort_kernel[(rows,)](
-            indices, indices.stride(0), vt, vt.stride(0), k, TIE_LOW=tie_low, KP=KP,
-            num_warps=_warps(KP, warp))
+        _rank_order(indices, vt, k, tie_low, warp, values is not None)
+
+
+CH = 512  # chunk of the chunked sorts (one compiled size)
+LOG_CH = 9
+
+
+def _rank_order(idx, val, k, tie_low, warp, write_vals, mode=0):
+    """Sort each row's first k (index, value) slots in place into rank order (mode 0)
+    or index order (mode 1, valid slots only): chunk sorts + rank scatter."""
+    rows = idx.shape[0]
+    nch = triton.cdiv(k, CH)
+    scr = torch.empty((rows, nch * CH), dtype=torch.int64, device=idx.device)
+    nw = _warps(CH, warp)
+    _launch(K._sort_chunks_kernel, (rows, nch), idx, idx.stride(0), val, val.stride(0), k, scr, nch,
+            TIE_LOW=tie_low, MODE=mode, CH=CH, num_warps=nw)
+    _launch(K._rank_scatter_kernel, (rows, nch), scr, nch, idx, idx.stride(0), val, val.stride(0), k,
+            TIE_LOW=tie_low, MODE=mode, WRITE_VALS=int(write_vals), CH=CH, LOG_CH=LOG_CH, PB=256,
+            num_warps=nw)
 
 
 # ---------------------------------------------------------------------------
@@ -313,9 +409,15 @@ def _topk_radix(call, indices, values):
 # ---------------------------------------------------------------------------
 
 
+MERGE_SMALL_N = 1024  # candidates per row served by the one-program merge (k <= 128)
+
+
 def merge_np(call) -> int:
+    """Candidate block of the one-program merge, 0 when the chunked merge serves the call."""
     n = call.indices.shape[1] * call.indices.shape[2]
-    return max(triton.next_power_of_2(max(n, 2)), kp_for(call.k), 64)
+    if n > MERGE_SMALL_N or call.k > CONFIG["smallk_max"]:
+        return 0
+    return 256 if n <= 256 else 1024
 
 
 def merge(call, indices: torch.Tensor, values: torch.Tensor):
@@ -325,16 +427,93 @@ def merge(call, indices: torch.Tensor, values: torch.Tensor):
     assert indices.stride(1) == 1 and (values is None or values.stride(1) == 1)
     _, warp = device_props(call.indices)
     n = call.indices.shape[1] * call.indices.shape[2]
-    in_idx = call.indices.contiguous()
-    in_val = call.values.contiguous()
-    if in_val.dtype != torch.float32:
-        in_val = in_val.float()
-    NP = merge_np(call)
-    KP = kp_for(call.k)
-    scratch = torch.empty((rows, NP), dtype=torch.int64, device=in_idx.device)
+    in_idx = call.indices.reshape(rows, n)
+    in_val = call.values.reshape(rows, n)
+    if in_idx.stride(1) != 1:
+        in_idx = in_idx.contiguous()
+    if in_val.dtype != torch.float32 or in_val.stride(1) != 1:
+        in_val = in_val.float().contiguous()
     write_vals = values is not None
-    vt = values if write_vals else indices
-    K._merge_kernel[(rows,)](
-        in_idx, in_val, n, scratch, indices, indices.stride(0), vt, vt.stride(0), call.k,
-        TIE_LOW=int(call.tie_break == "low"), ORDER=_order_code(call.order), WRITE_VALS=int(write_vals),
-        NP=NP, KP=KP, num_warps=_warps(NP, warp))
+    vt = values if write_vals else _no_values(indices)
+    tie_low = int(call.tie_break == "low")
+    k = call.k
+    NP = merge_np(call)
+    if NP:
+        KP = kp_for(k)
+        scratch = torch.empty((rows, NP), dtype=torch.int64, device=in_idx.device)
+        _launch(K._merge_kernel, (rows,),
+                in_idx, in_idx.stride(0), in_val, in_val.stride(0), n, scratch, indices, indices.stride(0),
+                vt, vt.stride(0), k, TIE_LOW=tie_low, ORDER=_order_code(call.order), WRITE_VALS=int(write_vals),
+                NP=NP, KP=KP, num_warps=_warps(NP, warp))
+    else:
+        # chunked: sort chunks by (index, best value first), drop duplicate indices,
+        # rank the survivors; index order re-sorts the k winners the same way.
+        dev = in_idx.device
+        nch = triton.cdiv(n, CH)
+        s1 = torch.empty((rows, nch * CH), dtype=torch.int64, device=dev)
+        s2 = torch.empty_like(s1)
+        nw = _warps(CH, warp)
+        _launch(K._sort_chunks_kernel, (rows, nch), in_idx, in_idx.stride(0), in_val, in_val.stride(0), n, s1,
+                nch, TIE_LOW=tie_low, MODE=2, CH=CH, num_warps=nw)
+        _launch(K._merge_dedupe_kernel, (rows, nch), s1, s2, nch, TIE_LOW=tie_low, CH=CH, LOG_CH=LOG_CH,
+                num_warps=nw)
+        if call.order == "index":
+            oi = torch.empty((rows, k), dtype=torch.int32, device=dev)
+            ov = torch.empty((rows, k), dtype=torch.float32, device=dev)
+        else:
+            oi, ov = indices, vt
+        _launch(K._rank_scatter_kernel, (rows, nch), s2, nch, oi, oi.stride(0), ov, ov.stride(0), k,
+                TIE_LOW=tie_low, MODE=0, WRITE_VALS=int(write_vals or call.order == "index"), CH=CH,
+                LOG_CH=LOG_CH, PB=256, num_warps=nw)
+        if call.order == "index":
+            nch2 = triton.cdiv(k, CH)
+            s3 = torch.empty((rows, nch2 * CH), dtype=torch.int64, device=dev)
+            _launch(K._sort_chunks_kernel, (rows, nch2), oi, oi.stride(0), ov, ov.stride(0), k, s3, nch2,
+                    TIE_LOW=tie_low, MODE=1, CH=CH, num_warps=nw)
+            _launch(K._rank_scatter_kernel, (rows, nch2), s3, nch2, indices, indices.stride(0), vt, vt.stride(0),
+                    k, TIE_LOW=tie_low, MODE=1, WRITE_VALS=int(write_vals), CH=CH, LOG_CH=LOG_CH, PB=256,
+                    num_warps=nw)
+    if DRYRUN:
+        _reference().merge(call, indices, values)
+
+
+# ---------------------------------------------------------------------------
+# warm-up
+# ---------------------------------------------------------------------------
+
+
+def warmup(topk_shapes=(), merge_shapes=(), dtypes=(torch.float32,), device=None) -> int:
+    """Compile, before any CUDA-graph capture, the kernel variants a serving config
+    needs, by running each scheme once on zero inputs of those shapes.
+
+    ``topk_shapes``: (rows, width, k) tuples; ``merge_shapes``: (rows, R, k_in, k).
+    A variant depends only on the score dtype, the (width, k) bucket, whether a
+    row is split over programs (rows, width) and, for merges, the candidate count;
+    option flags (lengths, starts, shards, forced columns, tie rule, order,
+    values) are runtime arguments, so one call per shape covers them all.
+    Returns the number of calls made. Synchronises the device at the end."""
+    from sparsetopk.validation import make_merge_call, make_topk_call
+
+    dev = torch.device(device) if device is not None else (
+        torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+    n = 0
+    for rows, width, k in topk_shapes:
+        for dt in dtypes:
+            s = torch.zeros((rows, width), dtype=dt, device=dev)
+            call = make_topk_call(s, k, order="rank", return_values=True)
+            idx = torch.empty((rows, k), dtype=torch.int32, device=dev)
+            val = torch.empty((rows, k), dtype=torch.float32, device=dev)
+            topk(call, idx, val)
+            n += 1
+    for rows, R, k_in, k in merge_shapes:
+        i = torch.full((rows, R, k_in), -1, dtype=torch.int32, device=dev)
+        v = torch.full((rows, R, k_in), float("-inf"), dtype=torch.float32, device=dev)
+        for order in ("rank", "index"):  # index order adds kernels on the chunked path
+            call = make_merge_call(i, v, k, order=order)
+            idx = torch.empty((rows, k), dtype=torch.int32, device=dev)
+            val = torch.empty((rows, k), dtype=torch.float32, device=dev)
+            merge(call, idx, val)
+            n += 1
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return n
