@@ -3,7 +3,8 @@ one-block rows (resident and streamed), small candidate finish, the split path
 (gather and the overflow fallback), rank sort, merge. Checks results too.
 Forced paths (SPARSETOPK_NV_PATH): streamed rows with the one-read online
 gather and its overflow fallback, the sampled split path and its fallbacks,
-the legacy split path."""
+the legacy split path; the bucket merge, its skew fallback and the legacy
+merge (SPARSETOPK_NV_PATH=legacy-merge)."""
 import os
 import sys
 
@@ -69,6 +70,47 @@ os.environ.pop("SPARSETOPK_NV_PATH")
 m = sparsetopk.merge(ii, vv, 64, backend="nvidia-sm100")
 r = sparsetopk.merge(ii, vv, 64, backend="reference")
 bad += not torch.equal(m.indices, r.indices)
+
+
+def chk_merge(ii, vv, k, **kw):
+    global bad
+    a = sparsetopk.merge(ii, vv, k, backend="nvidia-sm100", **kw)
+    b = sparsetopk.merge(ii, vv, k, backend="reference", **kw)
+    if kw.get("order", "rank") == "any":
+        ok = torch.equal(torch.sort(a.indices, 1)[0], torch.sort(b.indices, 1)[0])
+    else:
+        ok = torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values)
+    a2 = sparsetopk.merge(ii, vv, k, backend="nvidia-sm100", **kw)
+    ok = ok and torch.equal(a.indices, a2.indices) and torch.equal(a.values, a2.values)
+    if not ok:
+        bad += 1
+        print("MISMATCH merge", tuple(ii.shape), k, kw)
+
+
+# block merge (bucket merge): sharded lists with padding, cross-list duplicates,
+# specials; R*k_in = 16384 at k = 4096; skewed indices (in-kernel bitonic
+# fallback); the legacy bitonic kernel
+R, kin = 4, 2048
+mi = (torch.cumsum(torch.randint(1, 8, (3, R, kin), generator=g), 2) * R + torch.arange(R).view(1, R, 1)).to(torch.int32)
+mv = torch.randn(3, R, kin, generator=g)
+mi[1, R - 1, kin // 2:] = -1
+mv[1, R - 1, kin // 2:] = float("-inf")
+mi[2, 1, :300] = mi[2, 0, :300]
+mv[2, 1, :300] = mv[2, 0, :300]
+mv[0, 0, :50] = float("nan")
+mv[0, 1, :50] = -0.0
+mi, mv = mi.to(dev), mv.to(dev)
+chk_merge(mi, mv, 2048, order="any")
+chk_merge(mi, mv, 2048, order="rank", tie_break="high")
+chk_merge(mi, mv, 5000, order="index")  # k > unique candidates: padding
+big_i = torch.randint(0, 1 << 20, (2, 8, 2048), generator=g, dtype=torch.int32).to(dev)
+chk_merge(big_i, torch.randn(2, 8, 2048, generator=g).to(dev), 4096, order="index")
+skew_i = torch.randint(0, 3000, (2, 2, 2048), generator=g, dtype=torch.int32)
+skew_i[:, 0, 0] = 2**31 - 2
+chk_merge(skew_i.to(dev), torch.randn(2, 2, 2048, generator=g).to(dev), 2048, order="any")
+os.environ["SPARSETOPK_NV_PATH"] = "legacy-merge"
+chk_merge(mi, mv, 2048, order="index")
+os.environ.pop("SPARSETOPK_NV_PATH")
 torch.cuda.synchronize()
 print("sanitize workload mismatches:", bad)
 sys.exit(1 if bad else 0)
