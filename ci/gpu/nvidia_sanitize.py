@@ -102,7 +102,8 @@ mv[0, 1, :50] = -0.0
 mi, mv = mi.to(dev), mv.to(dev)
 chk_merge(mi, mv, 2048, order="any")
 chk_merge(mi, mv, 2048, order="rank", tie_break="high")
-chk_merge(mi, mv, 5000, order="index")  # k > unique candidates: padding
+# k > unique candidates: padding (3 lists of 1024 with duplicates; k <= 4096)
+chk_merge(mi[:, :3, :1024].contiguous(), mv[:, :3, :1024].contiguous(), 4096, order="index")
 big_i = torch.randint(0, 1 << 20, (2, 8, 2048), generator=g, dtype=torch.int32).to(dev)
 chk_merge(big_i, torch.randn(2, 8, 2048, generator=g).to(dev), 4096, order="index")
 skew_i = torch.randint(0, 3000, (2, 2, 2048), generator=g, dtype=torch.int32)
