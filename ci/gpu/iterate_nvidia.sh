@@ -31,7 +31,7 @@ if has fuzz; then
   timeout 200 $PY ci/gpu/fuzz.py --backend nvidia-sm100 --rows ${FUZZ_ROWS:-1000000} --seconds ${FUZZ_SECONDS:-25} \
     --json "$R/fuzz.json" > "$R/fuzz.log" 2>&1; echo "fuzz rc=$?"; grep -E "^FUZZ|MISMATCH" "$R/fuzz.log" | head -8
   # again with every one-block row streamed (the one-read online gather)
-  SPARSETOPK_NV_PATH=stream timeout 200 $PY ci/gpu/fuzz.py --backend nvidia-sm100 --rows ${FUZZ_ROWS:-1000000} \
+  SPARSETOPK_NV_PATH=stream,online timeout 200 $PY ci/gpu/fuzz.py --backend nvidia-sm100 --rows ${FUZZ_ROWS:-1000000} \
     --seconds ${FUZZ_SECONDS:-25} --json "$R/fuzz-stream.json" > "$R/fuzz-stream.log" 2>&1
   echo "fuzz (stream) rc=$?"; grep -E "^FUZZ|MISMATCH" "$R/fuzz-stream.log" | head -8
 fi

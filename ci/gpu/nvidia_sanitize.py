@@ -56,7 +56,7 @@ ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2,
 vv = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").values for s in range(2)], 1)
 # paths forced through SPARSETOPK_NV_PATH (read by the extension on every call)
-os.environ["SPARSETOPK_NV_PATH"] = "stream"  # every row streamed: one-read online gather
+os.environ["SPARSETOPK_NV_PATH"] = "stream,online"  # every row streamed: one-read online gather
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], device=dev), order="index")
 chk(band, 2048, order="rank")  # online buffer overflows -> multi-pass fallback (resumes after pass 1)
 chk(long.to(torch.float16), 16, order="any", tie_break="high")

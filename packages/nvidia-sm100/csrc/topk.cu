@@ -797,7 +797,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   split         always split (sampled split unless legacy-split)
 //   legacy-split  the split path as histogram + find + gather + final
 //   stream        one-block rows never keep the row resident (all streamed)
-//   no-online     streamed rows use the two-read multi-pass select
+//   online        streamed rows use the one-read online gather (off by default)
+//   no-online     streamed rows use the two-read multi-pass select (default)
 //   warp          k <= 64 always takes the warp-per-row kernel
 //   block         no warp-per-row kernels (topk and merge use the block ones)
 //   legacy-merge  block merges use the bitonic-sort merge_kernel (not the
@@ -807,7 +808,7 @@ struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
   bool legacy_split = false;
   bool stream_all = false;
-  bool online = true;
+  bool online = false;  // measured on the H200: 3036 us vs 2439 us two-read (causal 128K prefill)
   int warp = -1;  // -1 auto, 0 never, 1 always (k <= 64)
   bool legacy_merge = false;
 };
@@ -827,12 +828,13 @@ static PathOpts path_opts() {
     else if (t == "legacy-split") o.legacy_split = true;
     else if (t == "stream") o.stream_all = true;
     else if (t == "no-online") o.online = false;
+    else if (t == "online") o.online = true;
     else if (t == "warp") o.warp = 1;
     else if (t == "block") o.warp = 0;
     else if (t == "legacy-merge") o.legacy_merge = true;
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, no-online, warp, block, legacy-merge)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge)");
     i = j + 1;
   }
   return o;
@@ -869,7 +871,10 @@ Plan plan_topk(TopkParams& p, int dev) {
     p.cand_cap = 16384;
     p.res_cap = 0;
     plan.split = true;
-    plan.sampled = !opt.legacy_split;
+    // sampled (3 kernels, one read) wins from 16 rows on (72 vs 91 us at 16 x 1M,
+    // 194 vs 293 us at 64 x 1M); for a few rows its extra launch and sample
+    // cost more than the second read saves (33 vs 25 us at 4 x 40K)
+    plan.sampled = !opt.legacy_split && (opt.split == 1 || p.rows >= 8);
     int chunks = int((4 * d.sms + p.rows - 1) / p.rows);
     chunks = std::max(1, std::min<int>(chunks, 64));
     chunks = int(std::min<int64_t>(chunks, (max_n + 4095) / 4096));

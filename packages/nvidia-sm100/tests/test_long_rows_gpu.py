@@ -2,7 +2,7 @@
 SPARSETOPK_NV_PATH (read by the extension on every call), against the
 ``reference`` backend, with data built to hit the fallbacks:
 
-- one-block streamed rows with the one-read online gather ("stream": no row
+- one-block streamed rows with the one-read online gather ("stream,online": no row
   stays resident, so short rows take it too), and its overflow fallback
   (narrow bands, all-equal rows, sorted rows, blocky rows);
 - the two-read multi-pass streamed select ("stream,no-online");
@@ -41,7 +41,7 @@ def _usable():
 
 pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
-PATHS = ["auto", "stream", "stream,no-online", "split", "split,legacy-split", "rows"]
+PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -145,7 +145,7 @@ def test_paths_adversarial(path, kind, k):
         _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
 
 
-@pytest.mark.parametrize("path", ["auto", "stream", "split", "split,legacy-split"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,legacy-split"], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_paths_options(path, dtype):
     """starts, shard view, forced columns, int lengths, misaligned row views."""
@@ -178,9 +178,10 @@ def test_split_shapes(path):
     _check(x.to(torch.bfloat16), 2048, order="any")
 
 
-def test_prefill_like_stream():
+@pytest.mark.parametrize("path", ["auto", "online"], indirect=True)
+def test_prefill_like_stream(path):
     """Ragged causal prefill shape (rows > 2 x SMs: one block per row, streamed
-    rows of up to 128K read once by the online gather)."""
+    rows of up to 128K; two-read select by default, online gather opt-in)."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(11)
     rows, width = 512, 131072
@@ -233,8 +234,11 @@ def test_plan_reports_paths(monkeypatch):
     C = _ext()
     monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
     p = C.plan(4, 1 << 20, 2048, 0)
-    assert p["split"] and p["sampled"] and p["online"]
+    assert p["split"] and not p["sampled"] and not p["online"]  # few rows: legacy split; online is opt-in
+    assert C.plan(16, 1 << 20, 2048, 0)["sampled"]
     assert not C.plan(4096, 131072, 2048, 0)["split"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "online")
+    assert C.plan(4096, 131072, 2048, 0)["online"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["split"] and not p["sampled"]
