@@ -444,6 +444,29 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   finish(cs, Tk, p.k, p.order, out, L.outbuf, s);
 }
 
+// Shared tail of the block merges: a[0..P) holds the deduplicated keys in
+// index order (0 = empty), `local` this thread's count of valid ones. Selects
+// the top k and writes the row.
+__device__ void merge_select(const MergeParams& p, int64_t r, const uint64_t* a, int P, int local,
+                             uint32_t* hist, uint64_t* outbuf, BlockScratch& s) {
+  int nvalid;
+  block_excl_scan(local, s, &nvalid);  // syncs: the key array is complete after it
+  OutRow out;
+  out.idx = p.out_idx + r * p.out_idx_stride;
+  out.val = p.out_val + r * p.out_val_stride;
+  out.k = p.k;
+  out.tie = p.tie;
+  CandSrc cs{a, P};
+  if (nvalid <= p.k) {
+    finish(cs, 1ull, nvalid, p.order, out, outbuf, s);
+    return;
+  }
+  SelState st{0ull, 0, p.k};
+  uint64_t T = 0;
+  select_passes(cs, p.k, st, hist, s, nullptr, 0, nullptr, &T);
+  finish(cs, T, p.k, p.order, out, outbuf, s);
+}
+
 // ----------------------------------------------------------------------------
 // Merge: R candidate lists per row. Sort (index, value) pairs, keep the
 // highest value of each index, then select the top k keys.
@@ -496,22 +519,7 @@ __global__ void __launch_bounds__(1024) merge_kernel(MergeParams p) {
     int t = 0;
     for (int i = threadIdx.x; i < P; i += blockDim.x, ++t) a[i] = nk[t];
   }
-  int nvalid;
-  block_excl_scan(local, s, &nvalid);
-  OutRow out;
-  out.idx = p.out_idx + r * p.out_idx_stride;
-  out.val = p.out_val + r * p.out_val_stride;
-  out.k = p.k;
-  out.tie = p.tie;
-  CandSrc cs{a, P};
-  if (nvalid <= p.k) {
-    finish(cs, 1ull, nvalid, p.order, out, outbuf, s);
-    return;
-  }
-  SelState st{0ull, 0, p.k};
-  uint64_t T = 0;
-  select_passes(cs, p.k, st, hist, s, nullptr, 0, nullptr, &T);
-  finish(cs, T, p.k, p.order, out, outbuf, s);
+  merge_select(p, r, a, P, local, hist, outbuf, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -686,22 +694,7 @@ __global__ void __launch_bounds__(kMergeBlock) merge_bucket_kernel(MergeParams p
     __syncthreads();  // every thread read its successor before anyone rewrites
     local = merge_dedupe_segment(a, slo, shi, nxt, p.tie);
   }
-  int nvalid;
-  block_excl_scan(local, s, &nvalid);  // syncs: the key array is complete after it
-  OutRow out;
-  out.idx = p.out_idx + r * p.out_idx_stride;
-  out.val = p.out_val + r * p.out_val_stride;
-  out.k = p.k;
-  out.tie = p.tie;
-  CandSrc cs{a, P};
-  if (nvalid <= p.k) {
-    finish(cs, 1ull, nvalid, p.order, out, outbuf, s);
-    return;
-  }
-  SelState st{0ull, 0, p.k};
-  uint64_t T = 0;
-  select_passes(cs, p.k, st, hist, s, nullptr, 0, nullptr, &T);
-  finish(cs, T, p.k, p.order, out, outbuf, s);
+  merge_select(p, r, a, P, local, hist, outbuf, s);
 }
 
 static_assert(kMergeItems * kMergeBlock == 16384, "merge_max_candidates");

@@ -146,6 +146,26 @@ struct WarpRow {
     }
   }
 
+  // Calls f(u, key) for every position of every chunk, the whole warp in
+  // step (u == 0: invalid position, key then meaningless). Fallback passes.
+  template <class F>
+  __device__ __forceinline__ void for_each_key(int tie, F f) const {
+    const int64_t nch = chunks();
+    for (int64_t c = 0; c < nch; ++c) {
+      uint4 r[kNv];
+      uint32_t u[kWarpElems];
+      load(c, r);
+      convert(c, r, u);
+#pragma unroll
+      for (int v = 0; v < kNv; ++v)
+#pragma unroll
+        for (int i = 0; i < kEpv; ++i) {
+          const uint32_t uu = u[v * kEpv + i];
+          f(uu, uu ? stk::make_key(uu, uint32_t(col(c, v, i)), tie) : 0ull);
+        }
+    }
+  }
+
   // Ordered canonical scores of chunk c (0 = invalid, forcing applied).
   __device__ __forceinline__ void convert(int64_t c, const uint4 (&r)[kNv], uint32_t (&u)[kWarpElems]) const {
 #pragma unroll
@@ -283,29 +303,16 @@ __device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm
 template <typename T>
 __device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, WarpSmem& sm) {
   const int lane = threadIdx.x & 31;
-  const int64_t nch = row.chunks();
   uint64_t prefix = 0;
   int kk = k;
   int depth = 0;  // bits fixed so far
   for (; depth < 64; depth += 8) {
     for (int i = lane; i < 256; i += 32) sm.hist[i] = 0;
     __syncwarp();
-    for (int64_t c = 0; c < nch; ++c) {
-      uint4 r[WarpRow<T>::kNv];
-      uint32_t u[kWarpElems];
-      row.load(c, r);
-      row.convert(c, r, u);
-#pragma unroll
-      for (int v = 0; v < WarpRow<T>::kNv; ++v)
-#pragma unroll
-        for (int i = 0; i < WarpRow<T>::kEpv; ++i) {
-          const uint32_t uu = u[v * WarpRow<T>::kEpv + i];
-          if (uu == 0) continue;
-          const uint64_t key = warp_key(uu, row.col(c, v, i), tie);
-          if (depth == 0 || (key >> (64 - depth)) == prefix)
-            atomicAdd(&sm.hist[uint32_t(key >> (56 - depth)) & 255u], 1u);
-        }
-    }
+    row.for_each_key(tie, [&](uint32_t uu, uint64_t key) {
+      if (uu != 0 && (depth == 0 || (key >> (64 - depth)) == prefix))
+        atomicAdd(&sm.hist[uint32_t(key >> (56 - depth)) & 255u], 1u);
+    });
     __syncwarp();
     // lane L holds bins 255-8L .. 248-8L (descending)
     uint32_t h[8];
@@ -347,26 +354,15 @@ __device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, WarpSm
   const uint64_t Tk = depth >= 64 ? prefix : (prefix << (64 - depth));
   // collect the keys >= Tk (exactly k of them)
   int cnt = 0;
-  for (int64_t c = 0; c < nch; ++c) {
-    uint4 r[WarpRow<T>::kNv];
-    uint32_t u[kWarpElems];
-    row.load(c, r);
-    row.convert(c, r, u);
-#pragma unroll
-    for (int v = 0; v < WarpRow<T>::kNv; ++v)
-#pragma unroll
-      for (int i = 0; i < WarpRow<T>::kEpv; ++i) {
-        const uint32_t uu = u[v * WarpRow<T>::kEpv + i];
-        const uint64_t key = uu ? warp_key(uu, row.col(c, v, i), tie) : 0ull;
-        const bool take = uu != 0 && key >= Tk;
-        const uint32_t bal = __ballot_sync(0xffffffffu, take);
-        if (take) {
-          const int pos = cnt + __popc(bal & ((1u << lane) - 1u));
-          if (pos < kWarpCap) sm.cand[pos] = key;
-        }
-        cnt += __popc(bal);
-      }
-  }
+  row.for_each_key(tie, [&](uint32_t uu, uint64_t key) {
+    const bool take = uu != 0 && key >= Tk;
+    const uint32_t bal = __ballot_sync(0xffffffffu, take);
+    if (take) {
+      const int pos = cnt + __popc(bal & ((1u << lane) - 1u));
+      if (pos < kWarpCap) sm.cand[pos] = key;
+    }
+    cnt += __popc(bal);
+  });
   __syncwarp();
   return min(cnt, kWarpCap);
 }
