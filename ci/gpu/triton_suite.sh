@@ -37,7 +37,7 @@ for f in tests/conformance/test_*.py; do
 done
 timeout "$SUITE_T" python -m pytest -q -ra packages/triton-portable/tests -p no:cacheprovider \
   > "$OUT/logs/backend_tests.log" 2>&1 & pids+=($!); names+=(backend_tests)
-timeout "$SUITE_T" python ci/gpu/fuzz.py --backend triton-portable --rows 200000 --seconds 40 \
+timeout "$SUITE_T" python ci/gpu/fuzz.py --backend triton-portable --rows "${FUZZ_ROWS:-1000000}" --seconds "${FUZZ_SECONDS:-60}" \
   --json "$OUT/fuzz.json" > "$OUT/logs/fuzz.log" 2>&1 & pids+=($!); names+=(fuzz)
 fail=0
 for i in "${!pids[@]}"; do

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call that re-verifies every backend and refreshes the benchmark
+# results (what the closing run of a session does), within ~9 minutes:
+#   1. nvidia-sm100: its GPU tests, the conformance suite, fuzz (default and
+#      streamed paths), compute-sanitizer memcheck + racecheck
+#   2. triton-portable: the conformance suite + its tests + fuzz (cold cache)
+#   3. ci/gpu/bench.sh: tune + bench over the grid -> repo-shaped results
+# Everything lands in $OUT as three tarballs (nvidia r.tgz, triton.tgz,
+# bench.tgz). Knobs: TRITON_SUITE_S (200), TUNE_BUDGET_S (45), BENCH_BUDGET_S (200).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 ))s]"; }
+FUZZ_SECONDS=${FUZZ_SECONDS:-12} OUT="$OUT" bash ci/gpu/iterate_nvidia.sh pkg suite fuzz sanitize 2>&1 \
+  | grep -E "rc=|FUZZ|MISMATCH|nvidia-sm100-test|FAILED|SUMMARY|sanitize"
+echo "$(el) nvidia done"
+FUZZ_SECONDS=60 OUT="$OUT/triton" bash ci/gpu/triton_suite.sh "${TRITON_SUITE_S:-200}" 1 2>&1 | grep -E "^== |FAILED|ERROR|MISMATCH" | grep -v "bench"
+tar czf "$OUT/triton.tgz" -C "$OUT" triton && rm -rf "$OUT/triton"
+echo "$(el) triton done"
+TUNE_BUDGET_S=${TUNE_BUDGET_S:-45} BENCH_BUDGET_S=${BENCH_BUDGET_S:-200} OUT="$OUT/bench" bash ci/gpu/bench.sh > "$OUT/bench.log" 2>&1
+echo "$(el) bench rc=$?"; grep -E "targets met|NO |YES |regret|cells:" "$OUT/bench.log" | head -30
+mv "$OUT/bench.log" "$OUT/bench/logs/" 2>/dev/null
+tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
+echo "$(el) all done"
