@@ -189,9 +189,9 @@ def _merge_best(best, cand, KP: tl.constexpr):
 
 @_jit
 def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
-                   idx_ptr, s_oi, val_ptr, s_ov, part_ptr, scr_ptr, k,
+                   idx_ptr, s_oi, val_ptr, s_ov, part_ptr, scr_ptr, flag_ptr, k,
                    HAS_STARTS, LEN_MODE, TIE_LOW,
-                   ORDER, WRITE_VALS, SPLIT,
+                   ORDER, WRITE_VALS, SPLIT, USE_FLAG,
                    KP: tl.constexpr, BLOCK: tl.constexpr, NG: tl.constexpr,
                    C: tl.constexpr, SUB: tl.constexpr):
     """Running best KP keys over the row's tiles, with an exact pre-filter per tile.
@@ -208,6 +208,10 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # exact fallback of the lane scheme: only rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj_run = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
     cols = tl.arange(0, BLOCK)
@@ -215,7 +219,7 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     si = tl.arange(0, SUB)
     scr = scr_ptr + (row.to(tl.int64) * nsp + sp) * C
     best = tl.full([KP], INT64_MIN, tl.int64)
-    for t in range(sp * BLOCK, nj, nsp * BLOCK):
+    for t in range(sp * BLOCK, nj_run, nsp * BLOCK):
         sord, g, valid = _tile_sord(row_ptr, t + cols, nj, scale, off, fb, fe_thr)
         key = _make_key(sord, g, valid, TIE_LOW)
         kth = tl.min(best, 0)
@@ -244,7 +248,8 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
         base = (row.to(tl.int64) * nsp + sp) * KP
         tl.store(part_ptr + base + tl.arange(0, KP), best)
     else:
-        _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
+        if active != 0:
+            _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
 
 
 @_jit
@@ -259,6 +264,88 @@ def _stream_final_kernel(part_ptr, nsplit, idx_ptr, s_oi, val_ptr, s_ov, k,
         cand = tl.load(part_ptr + base + t * KP + i)
         best = _merge_best(best, cand, KP)
     _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
+
+
+# ---------------------------------------------------------------------------
+# lane scheme (k <= 64): one read, 32-bit work per element, exact fallback flag
+# ---------------------------------------------------------------------------
+
+
+@_jit
+def _lane_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
+                 idx_ptr, s_oi, val_ptr, s_ov, part_ptr, buf_ptr, flag_ptr, k,
+                 HAS_STARTS, LEN_MODE, TIE_LOW, ORDER, WRITE_VALS, SPLIT,
+                 KP: tl.constexpr, L: tl.constexpr, R: tl.constexpr, CAP: tl.constexpr):
+    """Small-k selection reading each column once with 32-bit work per element.
+
+    A tile of R*L columns is viewed as [R, L]; acc[L] keeps a running maximum
+    per lane (column j belongs to lane j % L). The KP-th largest lane maximum T
+    is a lower bound of the row's KP-th (hence k-th) best score: KP distinct
+    columns are >= T. Only columns with score >= T (after the first tiles: few)
+    get a 64-bit key and are appended (prefix sums) to a CAP-slot per-program
+    buffer in global scratch. When the buffer would overflow it is cut to its
+    KP best keys (exact: everything else there is beaten by KP keys), whose
+    KP-th score raises T. If a tile's candidates still do not fit (heavy ties,
+    adversarial layouts) the program sets flag[row] and the host-side launch
+    runs the exact stream kernel for flagged rows only (device-side flag, no
+    sync). At the end the buffer's KP best are the answer (or, split, this
+    program's partial list for _stream_final_kernel).
+
+    Append order does not matter (positions come from prefix sums in column
+    order anyway, and the final tl.topk orders by key), so it is deterministic."""
+    row = tl.program_id(0)
+    sp = tl.program_id(1)
+    nsp = tl.num_programs(1)
+    s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    fe_thr = Lr - fe
+    row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
+    BLOCK: tl.constexpr = R * L
+    cols2 = tl.arange(0, R)[:, None] * L + tl.arange(0, L)[None, :]
+    ci = tl.arange(0, CAP)
+    buf = buf_ptr + (row.to(tl.int64) * nsp + sp) * CAP
+    acc = tl.full([L], INT32_MIN, tl.int32)
+    T = nj * 0 + INT32_MIN
+    cnt = nj * 0
+    ovf = nj * 0
+    for t in range(sp * BLOCK, nj, nsp * BLOCK):
+        sord, g, valid = _tile_sord(row_ptr, t + cols2, nj, scale, off, fb, fe_thr)
+        sord = tl.where(valid, sord, INT32_MIN)
+        acc = tl.maximum(acc, tl.max(sord, 0))
+        T = tl.maximum(T, tl.min(tl.topk(acc, KP), 0))
+        cand = valid & (sord >= T)
+        n = tl.sum(tl.sum(cand.to(tl.int32), 1), 0)
+        if n > 0:
+            if cnt + n > CAP:
+                # cut the buffer to its KP best keys; their KP-th score bounds T
+                b = tl.load(buf + ci, mask=ci < cnt, other=INT64_MIN)
+                b = tl.topk(b, KP)
+                tl.debug_barrier()
+                tl.store(buf + tl.arange(0, KP), b)
+                tl.debug_barrier()
+                cnt = nj * 0 + KP
+                T = tl.maximum(T, (tl.min(b, 0) >> 32).to(tl.int32))
+                cand = cand & (sord >= T)
+                n = tl.sum(tl.sum(cand.to(tl.int32), 1), 0)
+            if cnt + n > CAP:
+                ovf = nj * 0 + 1
+            else:
+                c32 = cand.to(tl.int32)
+                rs = tl.sum(c32, 1)
+                pos = cnt + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(c32, 1) - c32
+                key = _make_key(sord, g, cand, TIE_LOW)
+                tl.store(buf + pos, key, mask=cand)
+                cnt += n
+    tl.debug_barrier()
+    b = tl.load(buf + ci, mask=ci < cnt, other=INT64_MIN)
+    best = tl.topk(b, KP)
+    if ovf != 0:
+        tl.store(flag_ptr + row, 1)
+    if SPLIT:
+        base = (row.to(tl.int64) * nsp + sp) * KP
+        tl.store(part_ptr + base + tl.arange(0, KP), best)
+    else:
+        if ovf == 0:
+            _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
 
 
 # ---------------------------------------------------------------------------

@@ -20,6 +20,10 @@ from . import kernels as K
 # properties where it matters: programs per SM for the split schemes.
 CONFIG = {
     "smallk_max": 128,  # k <= this: stream scheme; else radix scheme
+    "lane_max": 64,  # k <= this: lane scheme (one read, 32-bit hot loop) with stream fallback
+    "lane_rows": 32,  # tile = lane_rows x L columns (L = 64 for KP 16, 128 for KP 64)
+    "lane_rows_interp": 2,  # interpreter: small tiles so multi-tile / flush paths run
+    "lane_warps": 4,
     "stream_tile": 4096,  # columns per stream tile (compiled)
     "stream_tile_interp": 4096,  # columns per tile under TRITON_INTERPRET
     "radix_tile": 2048,
@@ -36,8 +40,12 @@ CONFIG = {
 
 MAX_SPLIT = 512  # programs per row at most (the radix write kernel's SBLOCK)
 
-# Test hook: "stream" / "radix" forces a scheme for every topk call.
+# Test hook: "lane" / "stream" / "radix" forces a scheme for every topk call
+# ("lane" only where k <= 64; larger k falls back to stream/radix).
 FORCE_SCHEME = os.environ.get("SPARSETOPK_TRITON_SCHEME", "")
+# Test hook: keep the lane scheme's per-row fallback flags of the last call in LAST_LANE_FLAGS.
+KEEP_LANE_FLAGS = False
+LAST_LANE_FLAGS = None
 
 # Variant survey (tools/variants.py): SPARSETOPK_TRITON_VARIANT_LOG=path appends one
 # JSON line per launch with the kernel's compile key for a cuda:90 target (the
@@ -285,6 +293,8 @@ def kp_for(k: int) -> int:
 def scheme_for(call) -> str:
     if FORCE_SCHEME in ("stream", "radix"):
         return FORCE_SCHEME
+    if call.k <= min(CONFIG["lane_max"], 64):
+        return "lane"
     return "stream" if call.k <= CONFIG["smallk_max"] else "radix"
 
 
@@ -298,7 +308,10 @@ def topk(call, indices: torch.Tensor, values):
     if rows == 0:
         return
     assert indices.stride(1) == 1 and (values is None or values.stride(1) == 1)
-    if scheme_for(call) == "stream":
+    sch = scheme_for(call)
+    if sch == "lane":
+        _topk_lane(call, indices, values)
+    elif sch == "stream":
         _topk_stream(call, indices, values)
     else:
         _topk_radix(call, indices, values)
@@ -327,11 +340,52 @@ def stream_shape(width: int, k: int):
     return KP, BLOCK, NG, C, SUB
 
 
-def _topk_stream(call, indices, values):
+def lane_shape(k: int):
+    """(KP, L, R, CAP) of the lane scheme: KP in {16, 64} -> two compiled buckets."""
+    KP = kp_for(k)
+    L = 64 if KP <= 16 else 128  # lanes: the KP-th largest lane maximum bounds the k-th key
+    R = _cfg("lane_rows")
+    CAP = 4 * KP  # candidate buffer slots per program
+    return KP, L, R, CAP
+
+
+def _topk_lane(call, indices, values):
+    global LAST_LANE_FLAGS
+    rows, width, k = call.rows, call.width, call.k
+    sms, warp = device_props(call.scores)
+    KP, L, R, CAP = lane_shape(k)
+    BLOCK = R * L
+    nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
+    gargs, gkw = _geometry_args(call, indices)
+    write_vals = values is not None
+    vt = values if write_vals else _no_values(indices)
+    order = _order_code(call.order)
+    tie_low = int(call.tie_break == "low")
+    dev = call.scores.device
+    buf = torch.empty((rows * nsplit, CAP), dtype=torch.int64, device=dev)
+    part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=dev) if nsplit > 1 else buf
+    flags = torch.zeros((rows,), dtype=torch.int32, device=dev)
+    _launch(K._lane_kernel, (rows, nsplit),
+            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, buf, flags, k,
+            **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=int(write_vals), SPLIT=int(nsplit > 1),
+            KP=KP, L=L, R=R, CAP=CAP, num_warps=CONFIG["lane_warps"])
+    if nsplit > 1:
+        _launch(K._stream_final_kernel, (rows,),
+                part, nsplit, indices, indices.stride(0), vt, vt.stride(0), k,
+                TIE_LOW=tie_low, ORDER=order, WRITE_VALS=int(write_vals), KP=KP,
+                num_warps=_warps(2 * KP, warp))
+    # exact fallback for the rows the lane kernel flagged (a no-op program elsewhere)
+    _topk_stream(call, indices, values, flags=flags, nsplit=1)
+    if KEEP_LANE_FLAGS:
+        LAST_LANE_FLAGS = flags
+
+
+def _topk_stream(call, indices, values, flags=None, nsplit=None):
     rows, width, k = call.rows, call.width, call.k
     sms, warp = device_props(call.scores)
     KP, BLOCK, NG, C, SUB = stream_shape(width, k)
-    nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
+    if nsplit is None:
+        nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
     gargs, gkw = _geometry_args(call, indices)
     write_vals = values is not None
     vt = values if write_vals else _no_values(indices)
@@ -343,8 +397,10 @@ def _topk_stream(call, indices, values):
     scr = torch.empty((rows * nsplit, C), dtype=torch.int64, device=dev)
     part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=dev) if nsplit > 1 else scr
     _launch(K._stream_kernel, (rows, nsplit),
-            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, scr, k,
+            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, scr,
+            flags if flags is not None else indices, k,
             **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, SPLIT=int(nsplit > 1),
+            USE_FLAG=int(flags is not None),
             KP=KP, BLOCK=BLOCK, NG=NG, C=C, SUB=SUB, num_warps=nw)
     if nsplit > 1:
         _launch(K._stream_final_kernel, (rows,),
