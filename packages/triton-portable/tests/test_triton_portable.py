@@ -280,3 +280,39 @@ def test_lane_ties_few_columns(monkeypatch):
         for k in (1, 16, 64):
             check(x, k, order="rank", tie_break="high")
             check(x, k, order="index", lengths=torch.tensor([3, 0, 150, 999], device=DEV))
+
+
+# ---------------------------------------------------------------------------
+# sample scheme (large k, long rows): estimate, gather, exact select, radix fallback
+# ---------------------------------------------------------------------------
+
+
+def test_sample_paths_and_fallbacks(monkeypatch):
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
+    monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
+    if INTERP:
+        monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, radix_tile_interp=512,
+                                                   radix_min_chunk_interp=1024))
+    gen = torch.Generator().manual_seed(9)
+    width = 3000
+    ss = launch._cfg("sample_size")
+    x = torch.randn(5, width, generator=gen)
+    x[1] = 0.5  # all equal: count > capacity -> radix fallback
+    # only the sampled columns are large: the estimate overshoots, count < k -> fallback
+    x[2] = -1.0
+    ns = min(width, ss)
+    x[2, (torch.arange(ns) * width) // ns] = torch.randn(ns, generator=gen) + 10
+    x[3] = torch.randint(-3, 4, (width,), generator=gen).float()  # heavy ties at the threshold
+    x = x.to(DEV)
+    k = 150
+    assert launch.scheme_for(_call(x, k)) == "sample"
+    for order, tb in (("any", "low"), ("rank", "high"), ("index", "low")):
+        check(x, k, order=order, tie_break=tb)
+        flags = launch.LAST_SAMPLE_FLAGS.cpu().tolist()
+        if INTERP or ss < width:
+            assert flags[0] == 0 and flags[4] == 0 and flags[1] == 1 and flags[2] == 1, flags
+    lens = torch.tensor([width, 10, 2500, 0, 700], device=DEV)
+    check(x, 200, order="rank", lengths=lens, starts=torch.tensor([0, 1, 400, 3, 2], device=DEV),
+          force_begin=1, force_end=4)
+    check(x, 140, order="index", index_scale=2, index_offset=1, lengths=lens * 2, tie_break="high")
+    check(x.to(torch.float16), 300, order="any")

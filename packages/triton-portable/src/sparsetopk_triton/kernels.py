@@ -379,7 +379,7 @@ def _radix_state(hist_ptr, row, kk, P):
 @_jit
 def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                        hist_ptr, k,
-                       HAS_STARTS, LEN_MODE, P,
+                       flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, P,
                        BLOCK: tl.constexpr):
     # program (row, sp) of nsp owns the row tiles sp, sp + nsp, ... (so the work
     # spreads over all programs whatever the row's device-side length is)
@@ -387,6 +387,10 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt = _radix_state(hist_ptr, row, kk, P)
@@ -407,12 +411,16 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
 @_jit
 def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, k, ntiles,
-                        HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
+                        flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
     """Per tile: how many columns are above T and equal to T (for the prefix counts)."""
     row = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt = _radix_state(hist_ptr, row, kk, 4)
@@ -432,7 +440,7 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
 @_jit
 def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, idx_ptr, s_oi, val_ptr, s_ov, k, ntiles,
-                        HAS_STARTS, LEN_MODE, TIE_LOW,
+                        flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, TIE_LOW,
                         WRITE_VALS, BLOCK: tl.constexpr, SBLOCK: tl.constexpr,
                         PBLOCK: tl.constexpr):
     """Compaction in index order: every column above T, and the ties at T that the
@@ -441,6 +449,10 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt_eq = _radix_state(hist_ptr, row, kk, 4)
@@ -478,13 +490,77 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
         gt_base += tl.sum(gt, 0)
         eq_base += tl.sum(eq, 0)
         done = tile + 1
-    if sp == 0:
+    if (sp == 0) & (active != 0):
         pcols = tl.arange(0, PBLOCK)
         for t in range(kk, k, PBLOCK):
             m = (t + pcols) < k
             tl.store(orow + t + pcols, tl.full([PBLOCK], -1, tl.int32), mask=m)
             if WRITE_VALS:
                 tl.store(vrow + t + pcols, tl.full([PBLOCK], float("-inf"), tl.float32), mask=m)
+
+
+# ---------------------------------------------------------------------------
+# sample scheme (large k, long rows): one gather read + exact select of candidates
+# ---------------------------------------------------------------------------
+
+
+@_jit
+def _sample_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
+                   est_ptr, kk_ptr, k, capc,
+                   HAS_STARTS, LEN_MODE, SS: tl.constexpr):
+    """Threshold estimate per row from a strided sample of SS columns: the score
+    of the sample's m-th best, m chosen so that ~2.25 k + 64 columns of the row are
+    expected at or above it. Rows with at most capc valid columns take all
+    (estimate INT32_MIN). Also stores kk = min(k, valid columns)."""
+    row = tl.program_id(0)
+    s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    fe_thr = Lr - fe
+    row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
+    kk = tl.minimum(nj, k)
+    i = tl.arange(0, SS)
+    ns = tl.maximum(tl.minimum(nj, SS), 1)
+    nj64 = tl.maximum(nj, 1).to(tl.int64)
+    j = ((i.to(tl.int64) * nj64) // ns).to(tl.int32)
+    sord, g, valid = _tile_sord(row_ptr, j, nj, scale, off, fb, fe_thr)
+    valid = valid & (i < ns)
+    srt = tl.sort(tl.where(valid, sord, INT32_MIN), descending=True)
+    target = (kk.to(tl.int64) * 9) // 4 + 64
+    m = tl.minimum((target * ns) // nj64, ns - 1).to(tl.int32)
+    est = tl.sum(tl.where(i == m, srt, 0), 0)
+    est = tl.where(nj <= capc, INT32_MIN, est)
+    tl.store(est_ptr + row, est)
+    tl.store(kk_ptr + row, kk)
+
+
+@_jit
+def _gather_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
+                   est_ptr, cnt_ptr, cidx_ptr, cval_ptr, capc,
+                   HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
+    """One read of the row (tiles round-robin over the row's programs): columns with
+    score >= the estimate are appended (atomic per-row counter + prefix sums) as
+    (global index, canonical value) to the row's capc-slot candidate buffer. The
+    counter keeps counting past capc (overflow detection). Append order varies
+    between runs; the exact select that follows sorts by key, so the output does
+    not depend on it."""
+    row = tl.program_id(0)
+    sp = tl.program_id(1)
+    nsp = tl.num_programs(1)
+    s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    fe_thr = Lr - fe
+    row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
+    T = tl.load(est_ptr + row)
+    cols = tl.arange(0, BLOCK)
+    cbase = row.to(tl.int64) * capc
+    for t in range(sp * BLOCK, nj, nsp * BLOCK):
+        sord, g, valid = _tile_sord(row_ptr, t + cols, nj, scale, off, fb, fe_thr)
+        c32 = (valid & (sord >= T)).to(tl.int32)
+        n = tl.sum(c32, 0)
+        if n > 0:
+            base = tl.atomic_add(cnt_ptr + row, n)
+            pos = base + tl.cumsum(c32, 0) - 1
+            m = (c32 != 0) & (pos < capc)
+            tl.store(cidx_ptr + cbase + pos, g, mask=m)
+            tl.store(cval_ptr + cbase + pos, _sord_to_f32(sord), mask=m)
 
 
 # ---------------------------------------------------------------------------
