@@ -97,12 +97,12 @@ def _canon_high(idx, val):
     return out_i, out_v
 
 
-@pytest.fixture(params=["stream", "radix"])
+@pytest.fixture(params=["lane", "stream", "radix"])
 def scheme(request, monkeypatch):
     monkeypatch.setattr(launch, "FORCE_SCHEME", request.param)
     if INTERP:  # small tiles so the multi-tile and row-split paths run on small rows
         cfg = dict(launch.CONFIG, stream_tile_interp=128, radix_tile_interp=128,
-                   stream_min_chunk_interp=256, radix_min_chunk_interp=256)
+                   stream_min_chunk_interp=256, radix_min_chunk_interp=256, lane_rows_interp=2)
         monkeypatch.setattr(launch, "CONFIG", cfg)
     return request.param
 
@@ -234,3 +234,85 @@ def test_capabilities():
     assert BE.name == "triton-portable" and BE.priority == 50
     assert ("cpu" in caps.device_types) == INTERP
     assert caps.k_max == 4096
+
+
+# ---------------------------------------------------------------------------
+# lane scheme (k <= 64): fast path, buffer cuts, split, and the flagged fallback
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_lane_fast_path_and_fallback(monkeypatch, split):
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
+    monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
+    cfg = dict(launch.CONFIG, lane_rows_interp=2, stream_tile_interp=128,
+               stream_min_chunk_interp=(256 if split else 1 << 30))
+    if not INTERP:
+        cfg.update(lane_rows=2, stream_min_chunk=(256 if split else 1 << 30))
+    monkeypatch.setattr(launch, "CONFIG", cfg)
+    gen = torch.Generator().manual_seed(21)
+    width = 1500
+    x = torch.randn(6, width, generator=gen)
+    x[2] = 1.0  # all equal: every column ties at T -> buffer overflow -> fallback
+    x[3, ::64] = torch.arange(1, width // 64 + 2, dtype=torch.float32)[: x[3, ::64].numel()] + 10
+    x[4] = torch.arange(width, dtype=torch.float32)  # ascending: T rises every tile, many buffer cuts
+    x[5] = -torch.arange(width, dtype=torch.float32)
+    x = x.to(DEV)
+    for k, order, tb in ((16, "rank", "low"), (5, "index", "high"), (64, "any", "low"), (33, "rank", "high")):
+        assert launch.scheme_for(_call(x, k)) == "lane"
+        check(x, k, order=order, tie_break=tb)
+        flags = launch.LAST_LANE_FLAGS.cpu().tolist()
+        assert flags[2] == 1, flags  # the all-equal row took the exact fallback
+        assert flags[0] == 0 and flags[4] == 0 and flags[5] == 0, flags  # random / monotone: fast path
+    # ragged lengths / starts / shards through the lane path, with a flagged row among them
+    lens = torch.tensor([0, 7, 700, width, 5 * width, -1], device=DEV)
+    starts = torch.tensor([0, 1, 300, 1499, 2000, 5], dtype=torch.int32, device=DEV)
+    check(x, 16, lengths=lens, starts=starts, force_begin=2, force_end=3)
+    check(x, 20, index_scale=3, index_offset=1, lengths=lens * 3, order="index")
+
+
+def test_lane_ties_few_columns(monkeypatch):
+    """Rows narrower than k, ties everywhere, and NaN/inf specials on the lane path."""
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
+    gen = torch.Generator().manual_seed(4)
+    for kind in ("ties", "specials"):
+        x = _scores(4, 200, torch.bfloat16, kind, gen)
+        for k in (1, 16, 64):
+            check(x, k, order="rank", tie_break="high")
+            check(x, k, order="index", lengths=torch.tensor([3, 0, 150, 999], device=DEV))
+
+
+# ---------------------------------------------------------------------------
+# sample scheme (large k, long rows): estimate, gather, exact select, radix fallback
+# ---------------------------------------------------------------------------
+
+
+def test_sample_paths_and_fallbacks(monkeypatch):
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
+    monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
+    if INTERP:
+        monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, radix_tile_interp=512,
+                                                   radix_min_chunk_interp=1024))
+    gen = torch.Generator().manual_seed(9)
+    width = 3000
+    ss = launch._cfg("sample_size")
+    x = torch.randn(5, width, generator=gen)
+    x[1] = 0.5  # all equal: count > capacity -> radix fallback
+    # only the sampled columns are large: the estimate overshoots, count < k -> fallback
+    x[2] = -1.0
+    ns = min(width, ss)
+    x[2, (torch.arange(ns) * width) // ns] = torch.randn(ns, generator=gen) + 10
+    x[3] = torch.randint(-3, 4, (width,), generator=gen).float()  # heavy ties at the threshold
+    x = x.to(DEV)
+    k = 150
+    assert launch.scheme_for(_call(x, k)) == "sample"
+    for order, tb in (("any", "low"), ("rank", "high"), ("index", "low")):
+        check(x, k, order=order, tie_break=tb)
+        flags = launch.LAST_SAMPLE_FLAGS.cpu().tolist()
+        if INTERP or ss < width:
+            assert flags[0] == 0 and flags[4] == 0 and flags[1] == 1 and flags[2] == 1, flags
+    lens = torch.tensor([width, 10, 2500, 0, 700], device=DEV)
+    check(x, 200, order="rank", lengths=lens, starts=torch.tensor([0, 1, 400, 3, 2], device=DEV),
+          force_begin=1, force_end=4)
+    check(x, 140, order="index", index_scale=2, index_offset=1, lengths=lens * 2, tie_break="high")
+    check(x.to(torch.float16), 300, order="any")

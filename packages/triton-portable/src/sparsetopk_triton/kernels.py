@@ -189,9 +189,9 @@ def _merge_best(best, cand, KP: tl.constexpr):
 
 @_jit
 def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
-                   idx_ptr, s_oi, val_ptr, s_ov, part_ptr, scr_ptr, k,
+                   idx_ptr, s_oi, val_ptr, s_ov, part_ptr, scr_ptr, flag_ptr, k,
                    HAS_STARTS, LEN_MODE, TIE_LOW,
-                   ORDER, WRITE_VALS, SPLIT,
+                   ORDER, WRITE_VALS, SPLIT, USE_FLAG,
                    KP: tl.constexpr, BLOCK: tl.constexpr, NG: tl.constexpr,
                    C: tl.constexpr, SUB: tl.constexpr):
     """Running best KP keys over the row's tiles, with an exact pre-filter per tile.
@@ -208,6 +208,10 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # exact fallback of the lane scheme: only rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj_run = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
     cols = tl.arange(0, BLOCK)
@@ -215,7 +219,7 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     si = tl.arange(0, SUB)
     scr = scr_ptr + (row.to(tl.int64) * nsp + sp) * C
     best = tl.full([KP], INT64_MIN, tl.int64)
-    for t in range(sp * BLOCK, nj, nsp * BLOCK):
+    for t in range(sp * BLOCK, nj_run, nsp * BLOCK):
         sord, g, valid = _tile_sord(row_ptr, t + cols, nj, scale, off, fb, fe_thr)
         key = _make_key(sord, g, valid, TIE_LOW)
         kth = tl.min(best, 0)
@@ -244,7 +248,8 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
         base = (row.to(tl.int64) * nsp + sp) * KP
         tl.store(part_ptr + base + tl.arange(0, KP), best)
     else:
-        _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
+        if active != 0:
+            _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
 
 
 @_jit
@@ -259,6 +264,88 @@ def _stream_final_kernel(part_ptr, nsplit, idx_ptr, s_oi, val_ptr, s_ov, k,
         cand = tl.load(part_ptr + base + t * KP + i)
         best = _merge_best(best, cand, KP)
     _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
+
+
+# ---------------------------------------------------------------------------
+# lane scheme (k <= 64): one read, 32-bit work per element, exact fallback flag
+# ---------------------------------------------------------------------------
+
+
+@_jit
+def _lane_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
+                 idx_ptr, s_oi, val_ptr, s_ov, part_ptr, buf_ptr, flag_ptr, k,
+                 HAS_STARTS, LEN_MODE, TIE_LOW, ORDER, WRITE_VALS, SPLIT,
+                 KP: tl.constexpr, L: tl.constexpr, R: tl.constexpr, CAP: tl.constexpr):
+    """Small-k selection reading each column once with 32-bit work per element.
+
+    A tile of R*L columns is viewed as [R, L]; acc[L] keeps a running maximum
+    per lane (column j belongs to lane j % L). The KP-th largest lane maximum T
+    is a lower bound of the row's KP-th (hence k-th) best score: KP distinct
+    columns are >= T. Only columns with score >= T (after the first tiles: few)
+    get a 64-bit key and are appended (prefix sums) to a CAP-slot per-program
+    buffer in global scratch. When the buffer would overflow it is cut to its
+    KP best keys (exact: everything else there is beaten by KP keys), whose
+    KP-th score raises T. If a tile's candidates still do not fit (heavy ties,
+    adversarial layouts) the program sets flag[row] and the host-side launch
+    runs the exact stream kernel for flagged rows only (device-side flag, no
+    sync). At the end the buffer's KP best are the answer (or, split, this
+    program's partial list for _stream_final_kernel).
+
+    Append order does not matter (positions come from prefix sums in column
+    order anyway, and the final tl.topk orders by key), so it is deterministic."""
+    row = tl.program_id(0)
+    sp = tl.program_id(1)
+    nsp = tl.num_programs(1)
+    s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    fe_thr = Lr - fe
+    row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
+    BLOCK: tl.constexpr = R * L
+    cols2 = tl.arange(0, R)[:, None] * L + tl.arange(0, L)[None, :]
+    ci = tl.arange(0, CAP)
+    buf = buf_ptr + (row.to(tl.int64) * nsp + sp) * CAP
+    acc = tl.full([L], INT32_MIN, tl.int32)
+    T = nj * 0 + INT32_MIN
+    cnt = nj * 0
+    ovf = nj * 0
+    for t in range(sp * BLOCK, nj, nsp * BLOCK):
+        sord, g, valid = _tile_sord(row_ptr, t + cols2, nj, scale, off, fb, fe_thr)
+        sord = tl.where(valid, sord, INT32_MIN)
+        acc = tl.maximum(acc, tl.max(sord, 0))
+        T = tl.maximum(T, tl.min(tl.topk(acc, KP), 0))
+        cand = valid & (sord >= T)
+        n = tl.sum(tl.sum(cand.to(tl.int32), 1), 0)
+        if n > 0:
+            if cnt + n > CAP:
+                # cut the buffer to its KP best keys; their KP-th score bounds T
+                b = tl.load(buf + ci, mask=ci < cnt, other=INT64_MIN)
+                b = tl.topk(b, KP)
+                tl.debug_barrier()
+                tl.store(buf + tl.arange(0, KP), b)
+                tl.debug_barrier()
+                cnt = nj * 0 + KP
+                T = tl.maximum(T, (tl.min(b, 0) >> 32).to(tl.int32))
+                cand = cand & (sord >= T)
+                n = tl.sum(tl.sum(cand.to(tl.int32), 1), 0)
+            if cnt + n > CAP:
+                ovf = nj * 0 + 1
+            else:
+                c32 = cand.to(tl.int32)
+                rs = tl.sum(c32, 1)
+                pos = cnt + (tl.cumsum(rs, 0) - rs)[:, None] + tl.cumsum(c32, 1) - c32
+                key = _make_key(sord, g, cand, TIE_LOW)
+                tl.store(buf + pos, key, mask=cand)
+                cnt += n
+    tl.debug_barrier()
+    b = tl.load(buf + ci, mask=ci < cnt, other=INT64_MIN)
+    best = tl.topk(b, KP)
+    if ovf != 0:
+        tl.store(flag_ptr + row, 1)
+    if SPLIT:
+        base = (row.to(tl.int64) * nsp + sp) * KP
+        tl.store(part_ptr + base + tl.arange(0, KP), best)
+    else:
+        if ovf == 0:
+            _emit(best, row, k, idx_ptr, s_oi, val_ptr, s_ov, TIE_LOW, ORDER, WRITE_VALS, KP)
 
 
 # ---------------------------------------------------------------------------
@@ -292,7 +379,7 @@ def _radix_state(hist_ptr, row, kk, P):
 @_jit
 def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                        hist_ptr, k,
-                       HAS_STARTS, LEN_MODE, P,
+                       flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, P,
                        BLOCK: tl.constexpr):
     # program (row, sp) of nsp owns the row tiles sp, sp + nsp, ... (so the work
     # spreads over all programs whatever the row's device-side length is)
@@ -300,6 +387,10 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt = _radix_state(hist_ptr, row, kk, P)
@@ -320,12 +411,16 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
 @_jit
 def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, k, ntiles,
-                        HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
+                        flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
     """Per tile: how many columns are above T and equal to T (for the prefix counts)."""
     row = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt = _radix_state(hist_ptr, row, kk, 4)
@@ -345,7 +440,7 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
 @_jit
 def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, idx_ptr, s_oi, val_ptr, s_ov, k, ntiles,
-                        HAS_STARTS, LEN_MODE, TIE_LOW,
+                        flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, TIE_LOW,
                         WRITE_VALS, BLOCK: tl.constexpr, SBLOCK: tl.constexpr,
                         PBLOCK: tl.constexpr):
     """Compaction in index order: every column above T, and the ties at T that the
@@ -354,6 +449,10 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    active = nj * 0 + 1
+    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
+        active = tl.load(flag_ptr + row)
+    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt_eq = _radix_state(hist_ptr, row, kk, 4)
@@ -391,13 +490,77 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
         gt_base += tl.sum(gt, 0)
         eq_base += tl.sum(eq, 0)
         done = tile + 1
-    if sp == 0:
+    if (sp == 0) & (active != 0):
         pcols = tl.arange(0, PBLOCK)
         for t in range(kk, k, PBLOCK):
             m = (t + pcols) < k
             tl.store(orow + t + pcols, tl.full([PBLOCK], -1, tl.int32), mask=m)
             if WRITE_VALS:
                 tl.store(vrow + t + pcols, tl.full([PBLOCK], float("-inf"), tl.float32), mask=m)
+
+
+# ---------------------------------------------------------------------------
+# sample scheme (large k, long rows): one gather read + exact select of candidates
+# ---------------------------------------------------------------------------
+
+
+@_jit
+def _sample_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
+                   est_ptr, kk_ptr, k, capc,
+                   HAS_STARTS, LEN_MODE, SS: tl.constexpr):
+    """Threshold estimate per row from a strided sample of SS columns: the score
+    of the sample's m-th best, m chosen so that ~2.25 k + 64 columns of the row are
+    expected at or above it. Rows with at most capc valid columns take all
+    (estimate INT32_MIN). Also stores kk = min(k, valid columns)."""
+    row = tl.program_id(0)
+    s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    fe_thr = Lr - fe
+    row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
+    kk = tl.minimum(nj, k)
+    i = tl.arange(0, SS)
+    ns = tl.maximum(tl.minimum(nj, SS), 1)
+    nj64 = tl.maximum(nj, 1).to(tl.int64)
+    j = ((i.to(tl.int64) * nj64) // ns).to(tl.int32)
+    sord, g, valid = _tile_sord(row_ptr, j, nj, scale, off, fb, fe_thr)
+    valid = valid & (i < ns)
+    srt = tl.sort(tl.where(valid, sord, INT32_MIN), descending=True)
+    target = (kk.to(tl.int64) * 9) // 4 + 64
+    m = tl.minimum((target * ns) // nj64, ns - 1).to(tl.int32)
+    est = tl.sum(tl.where(i == m, srt, 0), 0)
+    est = tl.where(nj <= capc, INT32_MIN, est)
+    tl.store(est_ptr + row, est)
+    tl.store(kk_ptr + row, kk)
+
+
+@_jit
+def _gather_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
+                   est_ptr, cnt_ptr, cidx_ptr, cval_ptr, capc,
+                   HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
+    """One read of the row (tiles round-robin over the row's programs): columns with
+    score >= the estimate are appended (atomic per-row counter + prefix sums) as
+    (global index, canonical value) to the row's capc-slot candidate buffer. The
+    counter keeps counting past capc (overflow detection). Append order varies
+    between runs; the exact select that follows sorts by key, so the output does
+    not depend on it."""
+    row = tl.program_id(0)
+    sp = tl.program_id(1)
+    nsp = tl.num_programs(1)
+    s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
+    fe_thr = Lr - fe
+    row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
+    T = tl.load(est_ptr + row)
+    cols = tl.arange(0, BLOCK)
+    cbase = row.to(tl.int64) * capc
+    for t in range(sp * BLOCK, nj, nsp * BLOCK):
+        sord, g, valid = _tile_sord(row_ptr, t + cols, nj, scale, off, fb, fe_thr)
+        c32 = (valid & (sord >= T)).to(tl.int32)
+        n = tl.sum(c32, 0)
+        if n > 0:
+            base = tl.atomic_add(cnt_ptr + row, n)
+            pos = base + tl.cumsum(c32, 0) - 1
+            m = (c32 != 0) & (pos < capc)
+            tl.store(cidx_ptr + cbase + pos, g, mask=m)
+            tl.store(cval_ptr + cbase + pos, _sord_to_f32(sord), mask=m)
 
 
 # ---------------------------------------------------------------------------

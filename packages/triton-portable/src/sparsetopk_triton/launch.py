@@ -20,6 +20,15 @@ from . import kernels as K
 # properties where it matters: programs per SM for the split schemes.
 CONFIG = {
     "smallk_max": 128,  # k <= this: stream scheme; else radix scheme
+    "lane_max": 64,  # k <= this: lane scheme (one read, 32-bit hot loop) with stream fallback
+    "lane_rows": 32,  # tile = lane_rows x L columns (L = 64 for KP 16, 128 for KP 64)
+    "lane_rows_interp": 2,  # interpreter: small tiles so multi-tile / flush paths run
+    "lane_warps": 4,
+    # k > smallk_max and width >= sample_min_ratio * k: sample scheme (threshold estimate,
+    # one gather read, exact select of the candidates), radix fallback for flagged rows
+    "sample_min_ratio": 8,
+    "sample_size": 4096,
+    "sample_size_interp": 256,
     "stream_tile": 4096,  # columns per stream tile (compiled)
     "stream_tile_interp": 4096,  # columns per tile under TRITON_INTERPRET
     "radix_tile": 2048,
@@ -36,8 +45,13 @@ CONFIG = {
 
 MAX_SPLIT = 512  # programs per row at most (the radix write kernel's SBLOCK)
 
-# Test hook: "stream" / "radix" forces a scheme for every topk call.
+# Test hook: "lane" / "stream" / "radix" forces a scheme for every topk call
+# ("lane" only where k <= 64; larger k falls back to stream/radix).
 FORCE_SCHEME = os.environ.get("SPARSETOPK_TRITON_SCHEME", "")
+# Test hook: keep the lane scheme's per-row fallback flags of the last call in LAST_LANE_FLAGS.
+KEEP_LANE_FLAGS = False
+LAST_LANE_FLAGS = None
+LAST_SAMPLE_FLAGS = None
 
 # Variant survey (tools/variants.py): SPARSETOPK_TRITON_VARIANT_LOG=path appends one
 # JSON line per launch with the kernel's compile key for a cuda:90 target (the
@@ -285,7 +299,15 @@ def kp_for(k: int) -> int:
 def scheme_for(call) -> str:
     if FORCE_SCHEME in ("stream", "radix"):
         return FORCE_SCHEME
-    return "stream" if call.k <= CONFIG["smallk_max"] else "radix"
+    if FORCE_SCHEME == "sample" and call.k > CONFIG["smallk_max"]:
+        return "sample"
+    if call.k <= min(CONFIG["lane_max"], 64):
+        return "lane"
+    if call.k <= CONFIG["smallk_max"]:
+        return "stream"
+    if call.width >= CONFIG["sample_min_ratio"] * call.k:
+        return "sample"
+    return "radix"
 
 
 # ---------------------------------------------------------------------------
@@ -298,8 +320,13 @@ def topk(call, indices: torch.Tensor, values):
     if rows == 0:
         return
     assert indices.stride(1) == 1 and (values is None or values.stride(1) == 1)
-    if scheme_for(call) == "stream":
+    sch = scheme_for(call)
+    if sch == "lane":
+        _topk_lane(call, indices, values)
+    elif sch == "stream":
         _topk_stream(call, indices, values)
+    elif sch == "sample":
+        _topk_sample(call, indices, values)
     else:
         _topk_radix(call, indices, values)
     if DRYRUN:
@@ -327,11 +354,52 @@ def stream_shape(width: int, k: int):
     return KP, BLOCK, NG, C, SUB
 
 
-def _topk_stream(call, indices, values):
+def lane_shape(k: int):
+    """(KP, L, R, CAP) of the lane scheme: KP in {16, 64} -> two compiled buckets."""
+    KP = kp_for(k)
+    L = 64 if KP <= 16 else 128  # lanes: the KP-th largest lane maximum bounds the k-th key
+    R = _cfg("lane_rows")
+    CAP = 4 * KP  # candidate buffer slots per program
+    return KP, L, R, CAP
+
+
+def _topk_lane(call, indices, values):
+    global LAST_LANE_FLAGS
+    rows, width, k = call.rows, call.width, call.k
+    sms, warp = device_props(call.scores)
+    KP, L, R, CAP = lane_shape(k)
+    BLOCK = R * L
+    nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
+    gargs, gkw = _geometry_args(call, indices)
+    write_vals = values is not None
+    vt = values if write_vals else _no_values(indices)
+    order = _order_code(call.order)
+    tie_low = int(call.tie_break == "low")
+    dev = call.scores.device
+    buf = torch.empty((rows * nsplit, CAP), dtype=torch.int64, device=dev)
+    part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=dev) if nsplit > 1 else buf
+    flags = torch.zeros((rows,), dtype=torch.int32, device=dev)
+    _launch(K._lane_kernel, (rows, nsplit),
+            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, buf, flags, k,
+            **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=int(write_vals), SPLIT=int(nsplit > 1),
+            KP=KP, L=L, R=R, CAP=CAP, num_warps=CONFIG["lane_warps"])
+    if nsplit > 1:
+        _launch(K._stream_final_kernel, (rows,),
+                part, nsplit, indices, indices.stride(0), vt, vt.stride(0), k,
+                TIE_LOW=tie_low, ORDER=order, WRITE_VALS=int(write_vals), KP=KP,
+                num_warps=_warps(2 * KP, warp))
+    # exact fallback for the rows the lane kernel flagged (a no-op program elsewhere)
+    _topk_stream(call, indices, values, flags=flags, nsplit=1)
+    if KEEP_LANE_FLAGS:
+        LAST_LANE_FLAGS = flags
+
+
+def _topk_stream(call, indices, values, flags=None, nsplit=None):
     rows, width, k = call.rows, call.width, call.k
     sms, warp = device_props(call.scores)
     KP, BLOCK, NG, C, SUB = stream_shape(width, k)
-    nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
+    if nsplit is None:
+        nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
     gargs, gkw = _geometry_args(call, indices)
     write_vals = values is not None
     vt = values if write_vals else _no_values(indices)
@@ -343,8 +411,10 @@ def _topk_stream(call, indices, values):
     scr = torch.empty((rows * nsplit, C), dtype=torch.int64, device=dev)
     part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=dev) if nsplit > 1 else scr
     _launch(K._stream_kernel, (rows, nsplit),
-            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, scr, k,
+            *gargs, indices, indices.stride(0), vt, vt.stride(0), part, scr,
+            flags if flags is not None else indices, k,
             **gkw, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals, SPLIT=int(nsplit > 1),
+            USE_FLAG=int(flags is not None),
             KP=KP, BLOCK=BLOCK, NG=NG, C=C, SUB=SUB, num_warps=nw)
     if nsplit > 1:
         _launch(K._stream_final_kernel, (rows,),
@@ -353,7 +423,58 @@ def _topk_stream(call, indices, values):
                 num_warps=_warps(2 * KP, warp))
 
 
-def _topk_radix(call, indices, values):
+def sample_capacity(k: int) -> int:
+    """Candidate slots per row of the sample scheme (a multiple of CH)."""
+    return max(CH, 4 * triton.next_power_of_2(k))
+
+
+def _topk_sample(call, indices, values):
+    global LAST_SAMPLE_FLAGS
+    rows, width, k = call.rows, call.width, call.k
+    dev = call.scores.device
+    sms, warp = device_props(call.scores)
+    BLOCK = _cfg("radix_tile")
+    nsplit = _split(rows, width, BLOCK, max(_cfg("radix_min_chunk"), BLOCK), sms,
+                    CONFIG["radix_programs_per_sm"])
+    gargs, gkw = _geometry_args(call, indices)
+    tie_low = int(call.tie_break == "low")
+    capc = sample_capacity(k)
+    est = torch.empty((rows,), dtype=torch.int32, device=dev)
+    kkt = torch.empty((rows,), dtype=torch.int32, device=dev)
+    cnt = torch.zeros((rows,), dtype=torch.int32, device=dev)
+    cidx = torch.full((rows, capc), -1, dtype=torch.int32, device=dev)
+    cval = torch.empty((rows, capc), dtype=torch.float32, device=dev)
+    SS = _cfg("sample_size")
+    _launch(K._sample_kernel, (rows,), *gargs, est, kkt, k, capc, **gkw, SS=SS,
+            num_warps=_warps(SS, warp, hi=8))
+    _launch(K._gather_kernel, (rows, nsplit), *gargs, est, cnt, cidx, cval, capc, **gkw, BLOCK=BLOCK,
+            num_warps=_warps(BLOCK, warp, hi=8))
+    # exact whenever every key >= the estimate was gathered and there are >= kk of them
+    flags = ((cnt < kkt) | (cnt > capc)).to(torch.int32)
+    if values is not None:
+        vt, write_vals = values, 1
+    elif call.order != "any":
+        vt, write_vals = torch.empty((rows, k), dtype=torch.float32, device=dev), 1
+    else:
+        vt, write_vals = _no_values(indices), 0
+    nch = capc // CH
+    scr = torch.empty((rows, capc), dtype=torch.int64, device=dev)
+    nw = _warps(CH, warp)
+    _launch(K._sort_chunks_kernel, (rows, nch), cidx, capc, cval, capc, capc, scr, nch,
+            TIE_LOW=tie_low, MODE=0, CH=CH, num_warps=nw)
+    _launch(K._rank_scatter_kernel, (rows, nch), scr, nch, indices, indices.stride(0), vt, vt.stride(0), k,
+            TIE_LOW=tie_low, MODE=0, WRITE_VALS=write_vals, CH=CH, LOG_CH=LOG_CH, PB=256, num_warps=nw)
+    # flagged rows: the radix scheme (index order), a no-op program for the others
+    _topk_radix(call, indices, values, flags=flags, vt_wv=(vt, write_vals), reorder=False)
+    if call.order == "rank":  # re-rank the fallback rows (idempotent on the others)
+        _rank_order(indices, vt, k, tie_low, warp, values is not None)
+    elif call.order == "index":
+        _rank_order(indices, vt, k, tie_low, warp, values is not None, mode=1)
+    if KEEP_LANE_FLAGS:
+        LAST_SAMPLE_FLAGS = flags
+
+
+def _topk_radix(call, indices, values, flags=None, vt_wv=None, reorder=True):
     rows, width, k = call.rows, call.width, call.k
     dev = call.scores.device
     sms, warp = device_props(call.scores)
@@ -364,7 +485,9 @@ def _topk_radix(call, indices, values):
     gargs, gkw = _geometry_args(call, indices)
     tie_low = int(call.tie_break == "low")
     rank = call.order == "rank"
-    if values is not None:
+    if vt_wv is not None:
+        vt, write_vals = vt_wv
+    elif values is not None:
         vt, write_vals = values, True
     elif rank:
         vt, write_vals = torch.empty((rows, k), dtype=torch.float32, device=dev), True
@@ -374,15 +497,17 @@ def _topk_radix(call, indices, values):
     cnt = torch.empty((rows, ntiles, 2), dtype=torch.int32, device=dev)
     grid = (rows, nsplit)
     nw = _warps(BLOCK, warp, hi=8)
+    fl = (flags if flags is not None else hist, int(flags is not None))
     for p in range(4):
-        _launch(K._radix_hist_kernel, grid, *gargs, hist, k, **gkw, P=p, BLOCK=BLOCK, num_warps=nw)
-    _launch(K._radix_count_kernel, grid, *gargs, hist, cnt, k, ntiles, **gkw, BLOCK=BLOCK, num_warps=nw)
+        _launch(K._radix_hist_kernel, grid, *gargs, hist, k, *fl, **gkw, P=p, BLOCK=BLOCK, num_warps=nw)
+    _launch(K._radix_count_kernel, grid, *gargs, hist, cnt, k, ntiles, *fl, **gkw, BLOCK=BLOCK,
+            num_warps=nw)
     SBLOCK = MAX_SPLIT
     _launch(K._radix_write_kernel, grid,
-        *gargs, hist, cnt, indices, indices.stride(0), vt, vt.stride(0), k, ntiles,
+        *gargs, hist, cnt, indices, indices.stride(0), vt, vt.stride(0), k, ntiles, *fl,
         **gkw, TIE_LOW=tie_low, WRITE_VALS=int(write_vals), BLOCK=BLOCK, SBLOCK=SBLOCK,
         PBLOCK=1024, num_warps=nw)
-    if rank:
+    if rank and reorder:
         _rank_order(indices, vt, k, tie_low, warp, values is not None)
 
 
