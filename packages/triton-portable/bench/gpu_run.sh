@@ -11,19 +11,7 @@ FUZZ_ROWS=${FUZZ_ROWS:-1000000}
 T0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 L="$OUT/install.log"
-# "python -m pip": a bare "pip" may belong to another interpreter
-python -c "import sparsetopk" 2>/dev/null || python -m pip install --no-build-isolation --no-deps -e shared >> "$L" 2>&1
-python -c "import sparsetopk" 2>/dev/null || export PYTHONPATH="$PWD/shared/src${PYTHONPATH:+:$PYTHONPATH}"
-python -m pip install --no-build-isolation --no-deps -e packages/triton-portable >> "$L" 2>&1 || { echo "pip install failed:"; tail -5 "$L"; }
-if ! python -c "import sparsetopk_triton" 2>/dev/null; then
-  # stage the pure-Python package with its entry point on PYTHONPATH
-  STAGE=/tmp/stk-triton-stage; D="$STAGE/sparsetopk_triton_portable-0.1.0.dist-info"; mkdir -p "$D"
-  printf 'Metadata-Version: 2.1\nName: sparsetopk-triton-portable\nVersion: 0.1.0\n' > "$D/METADATA"
-  printf '[sparsetopk.backends]\ntriton-portable = sparsetopk_triton:make_backend\n' > "$D/entry_points.txt"
-  export PYTHONPATH="$PWD/packages/triton-portable/src:$STAGE${PYTHONPATH:+:$PYTHONPATH}"
-  echo "staged on PYTHONPATH"
-fi
-python -c "import triton, torch, sparsetopk, sparsetopk_triton; print('triton', triton.__version__, 'torch', torch.__version__, 'backends', sorted(sparsetopk.registry.backends()))" 2>&1 | tail -3
+source ci/gpu/stage_triton.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 export TRITON_CACHE_DIR=/tmp/sparsetopk_triton_cache
 B=packages/triton-portable/bench/bench_triton.py
