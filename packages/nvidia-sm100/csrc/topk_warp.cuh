@@ -2,14 +2,16 @@
 //
 // topk_warp_kernel (k <= 64): one warp ranks one row in one read.
 //   Each lane keeps its M best ordered scores (M = 1 for k <= 32, else 2).
-//   After every 1024-column chunk the warp sorts the 32*M lane values; the
-//   k-th largest, T, is a lower bound of the row's k-th score (at least k
-//   distinct columns are >= T), so columns below T can never be selected and
-//   columns >= T are appended to a per-warp shared-memory buffer. T only
-//   rises, so later chunks append little. At the end the buffer is filtered
-//   by the final T and the survivors are sorted on the 64-bit key
-//   (ordered score << 32 | tie word of the row-local column j; j order is the
-//   global index order because g = j * scale + offset with scale >= 1).
+//   The k-th largest of the 32*M lane values, T, is a lower bound of the
+//   row's k-th score (at least k distinct columns are >= T), so columns
+//   below T can never be selected. A 1024-column chunk with nothing >= T is
+//   skipped; otherwise T is raised and the chunk's columns >= T are appended
+//   to a per-warp shared-memory buffer. T only rises, so later chunks append
+//   little. At the end the buffer is filtered by the final T and the
+//   survivors are ranked (by counting, or a register bitonic sort above 64)
+//   on the 64-bit key (ordered score << 32 | tie word of the row-local column
+//   j; j order is the global index order because g = j * scale + offset with
+//   scale >= 1).
 //   If the buffer overflows (rows built so one lane holds all the large
 //   scores, or many exact ties at T), the warp falls back to an exact radix
 //   select on the 64-bit key over the row (8 passes of 8 bits) and collects
