@@ -80,6 +80,16 @@ def _load_i64(p32, row):
 
 
 @triton.jit
+def _row_active(row, nj, flag_ptr, USE_FLAG):
+    """Nonzero if the program's row is to be worked on: always, or with USE_FLAG
+    (the exact fallback launch of a one-read scheme) only when the row's flag is set."""
+    active = nj * 0 + 1
+    if USE_FLAG:
+        active = tl.load(flag_ptr + row)
+    return active
+
+
+@triton.jit
 def _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off,
           HAS_STARTS, LEN_MODE):
     """Row geometry: (start column s, clamped global length L, valid count nj).
@@ -208,9 +218,7 @@ def _stream_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = nj * 0 + 1
-    if USE_FLAG:  # exact fallback of the lane scheme: only rows it flagged
-        active = tl.load(flag_ptr + row)
+    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # exact fallback of the lane scheme: only rows it flagged
     nj_run = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
@@ -387,9 +395,7 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = nj * 0 + 1
-    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
-        active = tl.load(flag_ptr + row)
+    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
     nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
@@ -417,9 +423,7 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = nj * 0 + 1
-    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
-        active = tl.load(flag_ptr + row)
+    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
     nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
@@ -449,9 +453,7 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = nj * 0 + 1
-    if USE_FLAG:  # fallback of the sample scheme: only the rows it flagged
-        active = tl.load(flag_ptr + row)
+    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
     nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)

@@ -276,6 +276,12 @@ def _order_code(order: str) -> int:
     return {"rank": 0, "index": 1, "any": 2}[order]
 
 
+def _output_args(call, indices, values):
+    """(values tensor or placeholder, WRITE_VALS, ORDER, TIE_LOW) of a call."""
+    vt = values if values is not None else _no_values(indices)
+    return vt, int(values is not None), _order_code(call.order), int(call.tie_break == "low")
+
+
 def _split(rows: int, width: int, tile: int, min_chunk: int, sms: int, per_sm: int) -> int:
     """Programs per row. Programs take the row's tiles round-robin, so the work
     spreads over all of them whatever each row's (device-side) length is."""
@@ -374,10 +380,7 @@ def _topk_lane(call, indices, values):
     BLOCK = R * L
     nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
     gargs, gkw = _geometry_args(call, indices)
-    write_vals = values is not None
-    vt = values if write_vals else _no_values(indices)
-    order = _order_code(call.order)
-    tie_low = int(call.tie_break == "low")
+    vt, write_vals, order, tie_low = _output_args(call, indices, values)
     dev = call.scores.device
     buf = torch.empty((rows * nsplit, CAP), dtype=torch.int64, device=dev)
     part = torch.empty((rows, nsplit, KP), dtype=torch.int64, device=dev) if nsplit > 1 else buf
@@ -404,11 +407,7 @@ def _topk_stream(call, indices, values, flags=None, nsplit=None):
     if nsplit is None:
         nsplit = _split(rows, width, BLOCK, max(_cfg("stream_min_chunk"), BLOCK), sms, CONFIG["programs_per_sm"])
     gargs, gkw = _geometry_args(call, indices)
-    write_vals = values is not None
-    vt = values if write_vals else _no_values(indices)
-    order = _order_code(call.order)
-    tie_low = int(call.tie_break == "low")
-    write_vals = int(write_vals)
+    vt, write_vals, order, tie_low = _output_args(call, indices, values)
     nw = _warps(BLOCK, warp)
     dev = call.scores.device
     scr = torch.empty((rows * nsplit, C), dtype=torch.int64, device=dev)
@@ -561,9 +560,7 @@ def merge(call, indices: torch.Tensor, values: torch.Tensor):
         in_idx = in_idx.contiguous()
     if in_val.dtype != torch.float32 or in_val.stride(1) != 1:
         in_val = in_val.float().contiguous()
-    write_vals = values is not None
-    vt = values if write_vals else _no_values(indices)
-    tie_low = int(call.tie_break == "low")
+    vt, write_vals, order, tie_low = _output_args(call, indices, values)
     k = call.k
     NP = merge_np(call)
     if NP:
@@ -571,7 +568,7 @@ def merge(call, indices: torch.Tensor, values: torch.Tensor):
         scratch = torch.empty((rows, NP), dtype=torch.int64, device=in_idx.device)
         _launch(K._merge_kernel, (rows,),
                 in_idx, in_idx.stride(0), in_val, in_val.stride(0), n, scratch, indices, indices.stride(0),
-                vt, vt.stride(0), k, TIE_LOW=tie_low, ORDER=_order_code(call.order), WRITE_VALS=int(write_vals),
+                vt, vt.stride(0), k, TIE_LOW=tie_low, ORDER=order, WRITE_VALS=write_vals,
                 NP=NP, KP=KP, num_warps=_warps(NP, warp))
     else:
         # chunked: sort chunks by (index, best value first), drop duplicate indices,
