@@ -4,7 +4,8 @@ one-block rows (resident and streamed), small candidate finish, the split path
 Forced paths (SPARSETOPK_NV_PATH): streamed rows with the one-read online
 gather and its overflow fallback, the sampled split path and its fallbacks,
 the legacy split path; the bucket merge, its skew fallback and the legacy
-merge (SPARSETOPK_NV_PATH=legacy-merge)."""
+merge (SPARSETOPK_NV_PATH=legacy-merge), the cluster kernel (resident and
+streamed rows, and its fallback)."""
 import os
 import sys
 
@@ -66,6 +67,14 @@ chk(long[:2].to(torch.bfloat16), 4096, order="rank")  # (long[1] pile-up: segmen
 chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> fallback
 os.environ["SPARSETOPK_NV_PATH"] = "split,legacy-split"
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
+# cluster kernel: resident rows (C = 16), streamed rows (C = 2: 131072 > 2 x ~46K columns) with the
+# sampled one-read gather, and its exact fallback (band: candidates overflow)
+os.environ["SPARSETOPK_NV_PATH"] = "cluster=16"
+chk(long, 4096, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
+os.environ["SPARSETOPK_NV_PATH"] = "cluster=2"
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 120000, 9], dtype=torch.int32, device=dev), order="any")
+chk(band, 2048, order="index")
+chk(long.to(torch.bfloat16), 16, order="rank", tie_break="high")
 os.environ.pop("SPARSETOPK_NV_PATH")
 m = sparsetopk.merge(ii, vv, 64, backend="nvidia-sm100")
 r = sparsetopk.merge(ii, vv, 64, backend="reference")

@@ -1,6 +1,9 @@
 // pybind11 module: Python passes data pointers, sizes, strides and the raw
 // CUDA stream handle as integers, so the binary has no torch C++ ABI.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <vector>
 
 #include <stdexcept>
 
@@ -43,6 +46,11 @@ static TopkParams make_params(uintptr_t scores, int64_t row_stride, int64_t rows
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "sparsetopk nvidia-sm100 CUDA kernels";
+  m.def("cluster_stamps", []() {
+    unsigned long long t[32];
+    cluster_stamps(t);
+    return std::vector<unsigned long long>(t, t + 32);
+  }, "profiling: the cluster kernel's phase times (SPARSETOPK_NV_PATH=stamps), in ns; [31] = select passes");
   m.def(
       "workspace_bytes",
       [](int64_t rows, int64_t width, int k, int dev) -> size_t {
@@ -67,6 +75,7 @@ PYBIND11_MODULE(_C, m) {
         d["warp_wpb"] = plan.warp_wpb;
         d["warp_m"] = plan.warp_m;
         d["sampled"] = plan.sampled;
+        d["cluster"] = plan.cluster;
         d["online"] = p.online != 0;
         d["block"] = plan.block;
         d["smem"] = plan.smem;

@@ -26,6 +26,7 @@ struct TopkParams {
   // filled by plan_topk
   int res_cap, cand_cap, out_cap;
   int online;  // streamed rows: one-read online gather (else two-read multi-pass)
+  int stamps;  // cluster kernel: record phase times (SPARSETOPK_NV_PATH=stamps; profiling only)
 };
 
 struct SplitWs {
@@ -42,6 +43,7 @@ struct Plan {
   int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 64), this many warps per block
   int warp_m = 1;    // lane values kept per lane (1: k <= 32, 2: k <= 64)
   bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
+  int cluster = 0;       // > 0: one cluster of this many blocks per row (topk_cluster_kernel)
   int block = 256;
   int smem = 0;
   SplitWs ws{};
@@ -65,5 +67,6 @@ void bind_workspace(const TopkParams& p, Plan& plan, void* ws);
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream);
 void launch_merge(MergeParams p, int dev, uintptr_t stream);
 int merge_max_candidates();
+void cluster_stamps(unsigned long long* out32);
 
 }  // namespace stk_nv

@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
         if ((m >> i) & 1u) L.res[gs + i] = uint32_t(key[i] >> 32);
     }
     __syncthreads();
-    ResSrc rs{L.res, n, c};
+    ResSrc rs{L.res, n, c, 0};
     select_and_finish(rs, n, p, out, L, s, st);
   } else if (p.online) {
     stream_select(gsrc, n, p, out, L, s, online_cap(p));
@@ -699,12 +699,18 @@ __global__ void __launch_bounds__(kMergeBlock) merge_bucket_kernel(MergeParams p
 
 static_assert(kMergeItems * kMergeBlock == 16384, "merge_max_candidates");
 
+}  // namespace stk_nv
+#include "topk_cluster.cuh"
+namespace stk_nv {
+
 // ----------------------------------------------------------------------------
 // Host side.
 
 struct DevInfo {
   int sms = 0;
   int smem_optin = 0;
+  int max_cluster = 8;  // 16 where a non-portable 16-block cluster can be resident
+  int active[5] = {0, 0, 0, 0, 0};  // clusters of 1, 2, 4, 8, 16 blocks resident at once (full smem)
   bool init = false;
 };
 
@@ -720,6 +726,41 @@ template <typename K>
 static void allow_smem(K kernel, int bytes) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
         "cudaFuncSetAttribute");
+}
+
+template <typename K>
+static void allow_cluster(K kernel, int bytes) {
+  allow_smem(kernel, bytes);
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+        "cudaFuncSetAttribute");
+}
+
+static cudaLaunchAttribute cluster_attr(int C) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = unsigned(C);
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
+// How many C-block clusters of 512 threads and `smem` bytes fit at once (0:
+// that cluster size cannot be launched on this device).
+template <typename K>
+static int max_active_clusters(K kernel, int C, int smem) {
+  cudaLaunchAttribute a = cluster_attr(C);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(C), 1, 1);
+  cfg.blockDim = dim3(512, 1, 1);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.attrs = &a;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear: the answer is "not launchable"
+    return 0;
+  }
+  return n;
 }
 
 static const DevInfo& dev_info(int dev) {
@@ -742,6 +783,11 @@ static const DevInfo& dev_info(int dev) {
     // (split_sample_kernel uses static shared memory only)
     allow_smem(merge_kernel, lim);
     allow_smem(merge_bucket_kernel, lim);
+    allow_cluster(topk_cluster_kernel<float>, lim);
+    allow_cluster(topk_cluster_kernel<bf16_tag>, lim);
+    allow_cluster(topk_cluster_kernel<f16_tag>, lim);
+    for (int i = 0; i < 5; ++i) d.active[i] = max_active_clusters(topk_cluster_kernel<float>, 1 << i, lim);
+    d.max_cluster = d.active[4] > 0 ? 16 : 8;
     d.init = true;
   }
   return d;
@@ -759,7 +805,17 @@ static size_t fixed_smem(const TopkParams& p) {
 
 template <typename T>
 static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
-  if (plan.warp_wpb > 0) {
+  if (plan.cluster > 0) {
+    cudaLaunchAttribute a = cluster_attr(plan.cluster);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(plan.cluster), unsigned(p.rows), 1);
+    cfg.blockDim = dim3(unsigned(plan.block), 1, 1);
+    cfg.dynamicSmemBytes = size_t(plan.smem);
+    cfg.stream = stream;
+    cfg.attrs = &a;
+    cfg.numAttrs = 1;
+    check(cudaLaunchKernelEx(&cfg, topk_cluster_kernel<T>, p), "cluster launch");
+  } else if (plan.warp_wpb > 0) {
     const unsigned blocks = unsigned((p.rows + plan.warp_wpb - 1) / plan.warp_wpb);
     if (plan.warp_m == 1)
       topk_warp_kernel<T, 1><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
@@ -796,6 +852,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   block         no warp-per-row kernels (topk and merge use the block ones)
 //   legacy-merge  block merges use the bitonic-sort merge_kernel (not the
 //                 bucket merge); the warp merge is unaffected
+//   cluster       every row goes to the cluster kernel where it fits
+//   cluster=N     ... with N blocks per cluster (1, 2, 4, 8, 16)
+//   no-cluster    split rows take the multi-kernel split path
+//   stamps        the cluster kernel records phase times (_C.cluster_stamps())
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -804,6 +864,9 @@ struct PathOpts {
   bool online = false;  // measured on the H200: 3036 us vs 2439 us two-read (causal 128K prefill)
   int warp = -1;  // -1 auto, 0 never, 1 always (k <= 64)
   bool legacy_merge = false;
+  int cluster = -1;  // -1 auto (split rows that fit), 0 never, 1 always where it fits
+  int cluster_n = 0;  // forced cluster size (0: chosen)
+  bool stamps = false;
 };
 
 static PathOpts path_opts() {
@@ -825,9 +888,16 @@ static PathOpts path_opts() {
     else if (t == "warp") o.warp = 1;
     else if (t == "block") o.warp = 0;
     else if (t == "legacy-merge") o.legacy_merge = true;
+    else if (t == "cluster") o.cluster = 1;
+    else if (t == "no-cluster") o.cluster = 0;
+    else if (t == "stamps") o.stamps = true;
+    else if (t == "cluster=1" || t == "cluster=2" || t == "cluster=4" || t == "cluster=8" || t == "cluster=16") {
+      o.cluster = 1;
+      o.cluster_n = std::atoi(t.c_str() + 8);
+    }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, cluster, cluster=N, no-cluster, stamps)");
     i = j + 1;
   }
   return o;
@@ -845,13 +915,14 @@ Plan plan_topk(TopkParams& p, int dev) {
   bool split = p.rows <= 2 * d.sms && max_n >= 32768 && p.rows * ((max_n + 32767) / 32768) >= 8;
   if (opt.split >= 0) split = opt.split == 1 && W > 0 && p.rows <= 65535;  // grid.y
   p.online = opt.online ? 1 : 0;
+  p.stamps = opt.stamps ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each
   // (measured on the H200: below ~SMs rows the one-block kernel is faster,
   // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins)
   const bool warp = k <= 64 && opt.warp != 0 &&
-                    (opt.warp == 1 || (!split && p.rows >= d.sms && (W <= 16384 || p.rows >= 8 * d.sms)));
+                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
     p.cand_cap = kWarpCap;
     p.res_cap = 0;
@@ -859,6 +930,33 @@ Plan plan_topk(TopkParams& p, int dev) {
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
     plan.block = 32 * plan.warp_wpb;
     return plan;
+  }
+  // few long rows: one cluster per row, one kernel (topk_cluster.cuh). Rows
+  // that fit the cluster's shared memory are read once and stay resident;
+  // longer ones are sampled, then gathered in one read.
+  // ("split" / "legacy-split" force the multi-kernel split path instead)
+  if (((split && opt.cluster != 0 && opt.split != 1 && !opt.legacy_split) || opt.cluster == 1) && p.rows <= 65535) {
+    // the largest cluster whose rows all fit on the GPU at once (GPC
+    // boundaries: e.g. 16 rows x 8 blocks may not, and then run in two waves)
+    int C = 1;
+    for (int i = 1; i < 5 && (1 << i) <= d.max_cluster; ++i)
+      if (p.rows <= d.active[i]) C = 1 << i;
+    // Automatic choice: few rows (latency-bound; rows that fit stay resident:
+    // 4 x 40K 14.8 vs 25.6 us, 4 x 150K 21.9 vs 28.4), or clusters that cover
+    // the GPU (64 x 1M: 170 vs 194 us). Streamed rows gather at ~16 GB/s per
+    // SM in this kernel (one block per SM), so when the clusters would leave
+    // SMs idle the sampled split is faster (16 x 1M: 72 vs 96 us, C = 4).
+    const bool pick = opt.cluster == 1 || p.rows < 8 || (C >= 2 && p.rows * C * 100 >= 85 * int64_t(d.sms));
+    if (opt.cluster_n > 0) C = opt.cluster_n;
+    const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap))) / 16 * 16;
+    if (pick && C <= d.max_cluster && region >= 8 * 8 * 1024) {
+      p.res_cap = region / 4 / 8 * 8;   // resident columns per block
+      p.cand_cap = int(std::min<int64_t>(region / 8, INT32_MAX));  // candidates per block
+      plan.cluster = C;
+      plan.block = 512;
+      plan.smem = int(cluster_fixed_smem(p.out_cap) + region);
+      return plan;
+    }
   }
   if (split) {
     p.cand_cap = 16384;
@@ -924,6 +1022,10 @@ void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t s
 }
 
 int merge_max_candidates() { return 16384; }
+
+void cluster_stamps(unsigned long long* out32) {
+  check(cudaMemcpyFromSymbol(out32, g_cluster_stamps, 32 * sizeof(unsigned long long)), "cluster_stamps");
+}
 
 void launch_merge(MergeParams p, int dev, uintptr_t stream) {
   check(cudaSetDevice(dev), "cudaSetDevice");

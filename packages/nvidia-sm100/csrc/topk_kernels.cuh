@@ -136,6 +136,32 @@ struct GlobalSrc {
     }
     return mask;
   }
+  // One 16-byte vector of raw elements: the kVec columns c0.. (c0 16-byte
+  // aligned when vec), 0 outside [j0, j1); bit i of the mask set iff c0 + i
+  // is valid. Warp lanes on consecutive vectors make fully coalesced loads.
+  // vec_f32 widens element i.
+  static constexpr int kVec = 16 / int(sizeof(raw));
+  __device__ __forceinline__ uint32_t load_vec(int64_t c0, uint4& r) const {
+    if (vec && c0 >= j0 && c0 + kVec <= j1) {
+      r = __ldg(reinterpret_cast<const uint4*>(base + c0));
+      return (1u << kVec) - 1u;
+    }
+    uint32_t mask = 0, w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const int64_t j = c0 + i;
+      if (j >= j0 && j < j1) {
+        mask |= 1u << i;
+        w[i * sizeof(raw) / 4] |= uint32_t(base[j]) << (8 * ((i * sizeof(raw)) & 3));
+      }
+    }
+    r = make_uint4(w[0], w[1], w[2], w[3]);
+    return mask;
+  }
+  static __device__ __forceinline__ uint32_t vec_f32(const uint4& r, int i) {
+    const uint32_t w = (i * sizeof(raw) / 4) == 0 ? r.x : (i * sizeof(raw) / 4) == 1 ? r.y : (i * sizeof(raw) / 4) == 2 ? r.z : r.w;
+    return Scalar<T>::f32(raw(sizeof(raw) == 4 ? w : (w >> (16 * (i & 1))) & 0xffffu));
+  }
   __device__ __forceinline__ uint64_t key1(int64_t j, uint32_t bits) const { return c.key_of_bits(bits, j); }
   // ...and their keys (garbage where the mask bit is clear).
   __device__ __forceinline__ void to_keys(int64_t gs, const uint32_t (&bits)[kItems],
@@ -150,6 +176,7 @@ struct ResSrc {
   const uint32_t* res;
   int64_t n;
   RowCtx c;
+  int64_t lo;  // row position of res[0] (a cluster block's slice; 0 for a whole row)
   __device__ __forceinline__ int64_t first() const { return 0; }
   __device__ __forceinline__ int64_t end() const { return n; }
   __device__ __forceinline__ uint32_t load(int64_t gs, uint64_t (&key)[kItems]) const {
@@ -173,7 +200,7 @@ struct ResSrc {
       }
     }
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) key[i] = c.key_of_ord(o[i], gs + i);
+    for (int i = 0; i < kItems; ++i) key[i] = c.key_of_ord(o[i], lo + gs + i);
     return mask;
   }
 };
@@ -327,6 +354,72 @@ __device__ void bitonic_sort(uint64_t* a, int P, bool desc) {
       __syncthreads();
     }
   }
+}
+
+// The same sort (P keys, P >= 64 E, power of two), with each thread holding
+// E consecutive keys in registers: pairs less than E apart are ordered in
+// registers, less than 32 E apart through warp shuffles, and only farther
+// ones through shared memory (10 of 66 stages for 2048 keys on 512 threads;
+// the shared-memory sort pays a barrier on every stage).
+template <int E>
+__device__ void bitonic_sort_regs(uint64_t* a, int P, bool desc) {
+  const int t = int(threadIdx.x);
+  const bool act = t < P / E;  // whole warps: P / E is a multiple of 32
+  uint64_t v[E];
+  if (act)
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[i] = a[t * E + i];
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride >= E; stride >>= 1) {
+      if (stride >= 32 * E) {
+        __syncthreads();  // every read of the previous exchange is done
+        if (act)
+#pragma unroll
+          for (int i = 0; i < E; ++i) a[t * E + i] = v[i];
+        __syncthreads();
+      }
+      if (act) {
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+          const int e = t * E + i;
+          uint64_t o;
+          if (stride >= 32 * E) {
+            o = a[e ^ stride];
+          } else {
+            const int d = stride / E;  // partner lane offset
+            const uint32_t lo = __shfl_xor_sync(0xffffffffu, uint32_t(v[i]), d);
+            const uint32_t hi = __shfl_xor_sync(0xffffffffu, uint32_t(v[i] >> 32), d);
+            o = (uint64_t(hi) << 32) | lo;
+          }
+          const bool up = ((e & size) == 0) != desc;
+          const bool lower = (e & stride) == 0;
+          v[i] = (lower == up) ? (v[i] < o ? v[i] : o) : (v[i] > o ? v[i] : o);
+        }
+      }
+    }
+    if (act)
+#pragma unroll
+      for (int st = E / 2; st > 0; st >>= 1) {
+        if (st < size) {
+#pragma unroll
+          for (int i = 0; i < E; ++i) {
+            if (i & st) continue;
+            const int j = i | st;
+            const bool up = (((t * E + i) & size) == 0) != desc;
+            if ((v[i] > v[j]) == up) {
+              const uint64_t x = v[i];
+              v[i] = v[j];
+              v[j] = x;
+            }
+          }
+        }
+      }
+  }
+  __syncthreads();
+  if (act)
+#pragma unroll
+    for (int i = 0; i < E; ++i) a[t * E + i] = v[i];
+  __syncthreads();
 }
 
 __device__ __forceinline__ int next_pow2(int x) {
@@ -507,6 +600,32 @@ struct OutRow {
   }
 };
 
+// Writes the keff distinct keys of outbuf (shared memory, capacity
+// next_pow2(keff), complete: the caller synced) in rank order.
+__device__ __noinline__ void write_ranked(uint64_t* outbuf, int keff, const OutRow& out) {
+  if (keff <= 64) {
+    // rank by counting: keys are distinct
+    for (int i = threadIdx.x; i < keff; i += blockDim.x) {
+      const uint64_t x = outbuf[i];
+      int r = 0;
+      for (int j = 0; j < keff; ++j) r += outbuf[j] > x;
+      out.put(r, x);
+    }
+  } else {
+    const int P = next_pow2(keff);  // >= 128
+    for (int i = keff + threadIdx.x; i < P; i += blockDim.x) outbuf[i] = stk::kInvalidKey;
+    __syncthreads();
+    const int per = P / int(blockDim.x);  // keys per thread, at least 2
+    if (per <= 2)
+      bitonic_sort_regs<2>(outbuf, P, true);
+    else if (per == 4)
+      bitonic_sort_regs<4>(outbuf, P, true);
+    else  // (more keys per thread: more registers than the 1024-thread kernels have)
+      bitonic_sort(outbuf, P, true);
+    for (int i = threadIdx.x; i < keff; i += blockDim.x) out.put(i, outbuf[i]);
+  }
+}
+
 // Writes the keys >= T of src (keff of them) in the requested order, then the
 // padding. order: stk::kOrderRank sorts in shared memory (outbuf, capacity
 // next_pow2(k)); index/any emit in source order, which is index order for
@@ -517,21 +636,7 @@ __device__ void finish(const Src& src, uint64_t T, int keff, int order, const Ou
   if (order == stk::kOrderRank && keff > 1) {
     compact_pass(src, T, s, [&](int pos, uint64_t key) { outbuf[pos] = key; });
     __syncthreads();
-    if (keff <= 64) {
-      // rank by counting: keys are distinct
-      for (int i = threadIdx.x; i < keff; i += blockDim.x) {
-        const uint64_t x = outbuf[i];
-        int r = 0;
-        for (int j = 0; j < keff; ++j) r += outbuf[j] > x;
-        out.put(r, x);
-      }
-    } else {
-      const int P = next_pow2(keff);
-      for (int i = keff + threadIdx.x; i < P; i += blockDim.x) outbuf[i] = stk::kInvalidKey;
-      __syncthreads();
-      bitonic_sort(outbuf, P, true);
-      for (int i = threadIdx.x; i < keff; i += blockDim.x) out.put(i, outbuf[i]);
-    }
+    write_ranked(outbuf, keff, out);
   } else {
     compact_pass(src, T, s, [&](int pos, uint64_t key) { out.put(pos, key); });
   }

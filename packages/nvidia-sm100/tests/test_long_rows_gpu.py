@@ -10,7 +10,11 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
   fallbacks (fewer than k keys >= the estimate cannot happen by construction
   of the data here, but segment overflow and > cand_cap candidates do:
   blocky and band rows);
-- the legacy split path ("split,legacy-split"), and the automatic choice.
+- the legacy split path ("split,legacy-split"), and the automatic choice;
+- the cluster kernel ("cluster", "cluster=N": one thread-block cluster of N
+  blocks per row): resident rows, streamed rows (N = 1 or 2 with rows longer
+  than N x ~46K columns: sample, one-read gather, select on the candidates),
+  and the exact fallback when candidates overflow (band, const, blocky).
 
 Skipped without a usable CUDA device.
 """
@@ -41,7 +45,8 @@ def _usable():
 
 pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
-PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows"]
+PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
+         "cluster=1", "cluster=16"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -145,7 +150,8 @@ def test_paths_adversarial(path, kind, k):
         _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
 
 
-@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,legacy-split"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,legacy-split", "cluster=1", "cluster"],
+                         indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_paths_options(path, dtype):
     """starts, shard view, forced columns, int lengths, misaligned row views."""
@@ -162,7 +168,8 @@ def test_paths_options(path, dtype):
         _check(x, k, lengths=45000, order="any")
 
 
-@pytest.mark.parametrize("path", ["auto", "split", "split,legacy-split"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "split", "split,legacy-split", "no-cluster", "cluster=2", "cluster=8"],
+                         indirect=True)
 def test_split_shapes(path):
     """The shapes of the issue's long-row cells (smaller row counts), 1M-column
     stride with per-row lengths, and the 64-row split."""
@@ -195,8 +202,10 @@ def test_prefill_like_stream(path):
     _check(xb, 2048, order="index")
 
 
-def test_cuda_graph_sampled_split():
-    """The sampled split path captured in a CUDA graph and replayed on new data."""
+@pytest.mark.parametrize("path", ["auto", "no-cluster", "cluster=2"], indirect=True)
+def test_cuda_graph_long_rows(path):
+    """The long-row path (cluster kernel by default, else the sampled split)
+    captured in a CUDA graph and replayed on new data."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(5)
     rows, width, k = 4, 1 << 20, 2048
@@ -234,9 +243,18 @@ def test_plan_reports_paths(monkeypatch):
     C = _ext()
     monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
     p = C.plan(4, 1 << 20, 2048, 0)
-    assert p["split"] and not p["sampled"] and not p["online"]  # few rows: legacy split; online is opt-in
+    assert p["cluster"] >= 8 and not p["split"] and not p["online"]  # few long rows: cluster; online is opt-in
+    assert C.plan(64, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover the GPU
+    p = C.plan(16, 1 << 20, 2048, 0)  # they would not (GPC limits): sampled split
+    assert p["sampled"] and not p["cluster"]
+    p = C.plan(4096, 131072, 2048, 0)
+    assert not p["split"] and not p["cluster"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "no-cluster")
+    p = C.plan(4, 1 << 20, 2048, 0)
+    assert p["split"] and not p["sampled"] and not p["cluster"]  # few rows: legacy split
     assert C.plan(16, 1 << 20, 2048, 0)["sampled"]
-    assert not C.plan(4096, 131072, 2048, 0)["split"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "cluster=2")
+    assert C.plan(3, 5000, 16, 0)["cluster"] == 2
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "online")
     assert C.plan(4096, 131072, 2048, 0)["online"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")

@@ -1,0 +1,36 @@
+"""Phase times of the nvidia-sm100 cluster kernel (block 0 of row 0, %globaltimer),
+for the long-row anchor cells: where the time of one call goes.
+
+    SPARSETOPK_NV_PATH=stamps python ci/gpu/cluster_stamps.py
+"""
+
+import os
+
+import torch
+
+import sparsetopk
+from sparsetopk_nvidia_sm100._backend import _ext
+
+os.environ["SPARSETOPK_NV_PATH"] = os.environ.get("SPARSETOPK_NV_PATH", "stamps")
+C = _ext()
+NAMES = ["load/sample", "select#1", "gather", "exchange", "select#2", "output"]
+dev = torch.device("cuda")
+g = torch.Generator(device=dev).manual_seed(0)
+x = torch.randn(64, 1 << 20, generator=g, device=dev)
+for rows, n, order in [(4, 40960, "any"), (4, 153600, "any"), (16, 1 << 20, "any"), (64, 1 << 20, "any"),
+                       (4, 40960, "rank"), (16, 1 << 20, "rank")]:
+    xs = x[:rows]
+    lengths = torch.full((rows,), n, dtype=torch.int32, device=dev)
+    plan = C.plan(rows, 1 << 20, 2048, 0)
+    for _ in range(3):
+        sparsetopk.topk(xs, 2048, lengths=lengths, order=order, backend="nvidia-sm100")
+    torch.cuda.synchronize()
+    t = C.cluster_stamps()
+    t0 = t[0]
+    marks = [(i, t[i]) for i in range(1, 7) if t[i] >= t0 and t[i] - t0 < 10**7]
+    prev, parts = t0, []
+    for i, v in marks:
+        parts.append(f"{NAMES[i - 1]} {(v - prev) / 1000:.1f}")
+        prev = v
+    print(f"{rows}x{n} {order} C={plan['cluster']}: total {(prev - t0) / 1000:.1f} us | " + ", ".join(parts)
+          + f" | passes {t[31]}", flush=True)

@@ -1,0 +1,411 @@
+// Few long rows in one kernel: a row is spread over a thread-block cluster
+// (C = 1..16 blocks; block q owns the q-th chunk of the row's own valid
+// length). The radix select on the 64-bit key runs on all chunks at once:
+// every block histograms its part, the histograms are summed through
+// distributed shared memory (cluster_find: block q sums the q-th part of the
+// bins over all blocks; every block then finds the part, and the bin, that
+// holds the k-th key), and passes go on until the k-th key Tk is pinned.
+// Blocks then write their keys >= Tk at offsets from the lower ranks' counts
+// (index / any: index order), or gather them into block 0, which sorts them
+// (rank).
+//
+// Per row (uniform over its cluster):
+//  - resident: the row fits the cluster's shared memory. It is read once into
+//    shared memory as ordered canonical scores (the first histogram on the
+//    way), and every pass runs there.
+//  - streamed: each block takes a strided sample of its chunk; a cluster
+//    select on the samples gives est, about the (2.5 k)-th largest key of the
+//    row; ONE read of the chunk gathers its keys >= est into shared memory,
+//    and the select finishes on them (the sample select stops early: est only
+//    needs to be near). If some block's candidates overflow or
+//    the cluster holds fewer than k of them (then est > Tk), the select runs
+//    on the chunks in global memory instead: exact, several reads.
+//
+// 512 threads per block (the 1024-thread register bound spills), one block
+// per SM (the whole shared memory: resident capacity C x ~50K columns).
+//
+// Included from topk.cu (needs row_geom, make_ctx, make_out, chunk_range).
+#pragma once
+
+#include <cooperative_groups.h>
+
+namespace stk_nv {
+
+namespace cg = cooperative_groups;
+
+// Profiling aid (SPARSETOPK_NV_PATH=stamps): %globaltimer at phase ends, by
+// thread 0 of block 0 of row 0; read back with _C.cluster_stamps(). Slot 31
+// counts select passes.
+__device__ unsigned long long g_cluster_stamps[32];
+#define STK_STAMP(i)                                                                   \
+  do {                                                                                 \
+    if (p.stamps && blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) {          \
+      unsigned long long t_;                                                           \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                           \
+      g_cluster_stamps[i] = t_;                                                        \
+    }                                                                                  \
+  } while (0)
+
+// Dynamic shared memory: this block's histogram, the summed parts
+// (cluster_find), block 0's rank buffer, then one region that holds the
+// resident slice (uint32 scores) or the sample / the candidates (uint64 keys).
+struct ClusterLayout {
+  uint32_t* h;
+  uint32_t* tot;
+  uint64_t* outbuf;
+  unsigned char* region;
+};
+
+__host__ __device__ __forceinline__ size_t cluster_fixed_smem(int out_cap) {
+  return size_t(2) * kMaxBins * 4 + size_t(out_cap) * 8;
+}
+
+__device__ __forceinline__ ClusterLayout carve_cluster(unsigned char* sm, const TopkParams& p) {
+  ClusterLayout L;
+  L.h = reinterpret_cast<uint32_t*>(sm);
+  L.tot = L.h + kMaxBins;
+  L.outbuf = reinterpret_cast<uint64_t*>(L.tot + kMaxBins);
+  L.region = reinterpret_cast<unsigned char*>(L.outbuf + p.out_cap);
+  return L;
+}
+
+// find_bin over the cluster: the bin of the summed histogram (every block's
+// h, bins [0, 2^dbits)) that holds the kk-th largest counted key, into s.bin
+// / s.above / s.count in every block. Block q sums bins [q P, q P + P) (P =
+// 2^dbits / C) over all blocks into its tot and publishes their total; after
+// a cluster barrier each block finds the part holding the kk-th key and
+// copies that part from its owner. DSMEM traffic per block: ~2 P C words (a
+// full all-to-all sum would read 2^dbits C words per block: measured ~10 us
+// per pass at C = 16 on the H200, DSMEM-bandwidth bound).
+// Barriers: two cluster barriers; callers may rewrite h only after the second
+// (any later cluster barrier), tot / psum only after the next cluster barrier.
+__device__ void cluster_find(const cg::cluster_group& cl, const uint32_t* h, int dbits, int kk, uint32_t* tot,
+                             int* psum, BlockScratch& s) {
+  const int C = int(cl.num_blocks());
+  const int q = int(cl.block_rank());
+  const int P = (1 << dbits) / C;  // >= 64: C <= 16, dbits >= 10
+  const int lo = q * P;
+  cl.sync();  // every block's h is complete
+  int mine = 0;
+  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    uint32_t v[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) v[r] = r < C ? *cl.map_shared_rank(h + lo + i, r) : 0u;
+    uint32_t a = 0;
+#pragma unroll
+    for (int r = 0; r < 16; ++r) a += v[r];
+    tot[lo + i] = a;
+    mine += int(a);
+  }
+  int total;
+  block_excl_scan(mine, s, &total);
+  if (threadIdx.x == 0) *psum = total;
+  cl.sync();  // every part summed and published
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    const int x = lane < C ? *cl.map_shared_rank(psum, lane) : 0;
+    int suf = x;  // inclusive suffix sum over the parts: higher parts hold higher bins
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_down_sync(0xffffffffu, suf, d);
+      if (lane + d < 32) suf += y;
+    }
+    const int above = suf - x;
+    const unsigned hit = __ballot_sync(0xffffffffu, lane < C && above < kk && kk <= suf);
+    const int rs = __ffs(hit) - 1;  // exactly one part (kk <= the cluster's count)
+    const int abv = __shfl_sync(0xffffffffu, above, rs);
+    if (lane == 0) {
+      s.bin = rs;
+      s.above = abv;
+    }
+  }
+  __syncthreads();
+  const int rs = s.bin, abv = s.above, los = rs * P;
+  if (rs != q)
+    for (int i = threadIdx.x; i < P; i += blockDim.x) tot[los + i] = *cl.map_shared_rank(tot + los + i, rs);
+  __syncthreads();
+  find_bin(tot + los, dbits - __ffs(C) + 1, kk - abv, s);  // P = 2^(dbits - log2 C) bins
+  if (threadIdx.x == 0) {
+    s.bin += los;
+    s.above += abv;
+  }
+  __syncthreads();
+}
+
+// The kk-th largest key over every block's src (their union must hold at
+// least kk valid keys). hist0_ready: the first pass's histogram (depth 0) is
+// already in h. slack > 0 stops early, once the bin holding the kk-th key
+// has at most slack keys, and returns that bin's lower edge (a key <= the
+// kk-th, with at most kk - 1 + slack keys above it): for estimates.
+template <class Src>
+__device__ uint64_t cluster_select(const cg::cluster_group& cl, const Src& src, int kk, uint32_t* h, uint32_t* tot,
+                                   int* psum, BlockScratch& s, bool hist0_ready, int slack = 0,
+                                   unsigned long long* passes = nullptr) {
+  SelState st{0ull, 0, kk};
+  while (true) {
+    const int dbits = digit_bits(st.depth);
+    if (!hist0_ready) hist_pass(src, h, st.prefix, st.depth, dbits);
+    hist0_ready = false;
+    cluster_find(cl, h, dbits, st.kk, tot, psum, s);  // identical in every block
+    const int b = s.bin, above = s.above, E = s.count;
+    __syncthreads();
+    st.kk -= above;
+    st.prefix |= uint64_t(b) << (64 - st.depth - dbits);
+    st.depth += dbits;
+    if (passes && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *passes += 1;
+    if (E == st.kk || st.depth >= 64 || E <= slack) return st.prefix;
+  }
+}
+
+// Publishes v, then (thread 0, after a cluster barrier) reads every block's
+// value: *below = sum over lower ranks, returns the sum over all, or -1 if
+// any value is negative. slot: a __shared__ int used for this exchange only.
+__device__ __forceinline__ void cluster_exchange(const cg::cluster_group& cl, int v, int* slot, BlockScratch& s) {
+  if (threadIdx.x == 0) *slot = v;
+  cl.sync();
+  if (threadIdx.x < 32) {  // lane q reads block q (C <= 16)
+    const int q = int(threadIdx.x);
+    const int x = q < int(cl.num_blocks()) ? *cl.map_shared_rank(slot, q) : 0;
+    const bool bad = __any_sync(0xffffffffu, x < 0);
+    const int below = __reduce_add_sync(0xffffffffu, q < int(cl.block_rank()) ? x : 0);
+    const int all = __reduce_add_sync(0xffffffffu, x);
+    if (q == 0) {
+      s.flag = below;
+      s.count = bad ? -1 : all;
+    }
+  }
+  __syncthreads();
+}
+
+// Writes the keys >= Tk of every block's src (keff = min(n, k) of them), then
+// the padding. Ends with a cluster barrier after the last DSMEM access.
+template <class Src>
+__device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint64_t Tk, const TopkParams& p,
+                               const OutRow& out, uint64_t* outbuf, BlockScratch& s, int* slot) {
+  int mine = 0;
+  const int64_t step = int64_t(blockDim.x) * kItems;
+  for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
+    uint64_t key[kItems];
+    const uint32_t m = src.load(gs, key);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) mine += ((m >> i) & 1u) && key[i] >= Tk;
+  }
+  int total;
+  block_excl_scan(mine, s, &total);
+  cluster_exchange(cl, total, slot, s);
+  const int off = s.flag, keff = s.count;
+  if (p.order == stk::kOrderRank) {
+    uint64_t* ob0 = cl.map_shared_rank(outbuf, 0);
+    compact_pass(src, Tk, s, [&](int pos, uint64_t key) { ob0[off + pos] = key; });
+    cl.sync();  // block 0's list complete; no DSMEM access after this
+    // (block 0 sorts: copying the list to every block for a distributed rank
+    // by counting measured slower, DSMEM-bandwidth bound)
+    if (cl.block_rank() == 0) write_ranked(outbuf, keff, out);
+  } else {
+    cl.sync();  // every block has read the counts; no DSMEM access after this
+    compact_pass(src, Tk, s, [&](int pos, uint64_t key) { out.put(off + pos, key); });
+  }
+  if (cl.block_rank() == 0) out.pad(keff);
+}
+
+// Ordered compaction of the keys >= thr of a chunk in global memory (sink(pos,
+// key), pos in index order; returns the count). One block per SM, so the
+// loop must be cheap per column and keep loads in flight:
+//  - Fast test: with no forced columns and a threshold score above -inf, a
+//    column's key is > thr iff its float32 value x > t (t = the threshold's
+//    score: NaN and -0 compare as their canonical -inf and +0 would), and a
+//    column with x == t is settled by its full key. Else (forcing, or t =
+//    -inf: rare) the plain ordered compaction (compact_pass) runs instead.
+//  - Coalesced: lane l of warp w loads vector v of the warp's span at
+//    w * WS + v * 32 kVec + l kVec (16 bytes; a warp load is 512 contiguous
+//    bytes). Index order is rebuilt with a warp scan per vector (vectors in
+//    order, lanes in order) and a block scan of the warp totals (warps in
+//    order). (Thread-contiguous spans measured ~15 GB/s per SM: with the
+//    shared memory this kernel takes, L1 cannot hold the partly used lines.)
+//  - The next step's loads are issued before this step's columns are tested.
+template <typename T, class Sink>
+__device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
+  constexpr int NV = GlobalSrc<T>::kVec;  // columns per vector
+  constexpr int V = 3;                    // vectors per lane per step (4: spills at 128 registers)
+  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
+  const int64_t WS = int64_t(V) * 32 * NV;  // a warp's columns per step
+  const int64_t step = WS * (blockDim.x >> 5);
+  const uint32_t thi = uint32_t(thr >> 32);
+  const float tf = __uint_as_float(stk::unordered_u32(thi));
+  int base = 0;
+  uint4 nxt[V];
+  uint32_t nm[V];
+  auto load_step = [&](int64_t tb) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) nm[v] = src.load_vec(tb + w * WS + (v * 32 + lane) * NV, nxt[v]);
+  };
+  load_step(src.first());
+  for (int64_t tb = src.first(); tb < src.end(); tb += step) {
+    uint4 cur[V];
+    uint32_t sel[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      sel[v] = nm[v];
+      cur[v] = nxt[v];
+    }
+    if (tb + step < src.end()) load_step(tb + step);
+    int run = 0;        // selected columns of this warp in earlier vectors
+    int excl[V];        // ... of lanes below this one in vector v
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c0 = tb + w * WS + (v * 32 + lane) * NV;
+      uint32_t gt = 0, eq = 0;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const float x = __uint_as_float(GlobalSrc<T>::vec_f32(cur[v], i));
+        gt |= uint32_t(x > tf) << i;
+        eq |= uint32_t(x == tf) << i;
+      }
+      eq &= sel[v];
+      while (eq) {  // a column on the threshold's own score (rare): its full key decides
+        const int i = __ffs(eq) - 1;
+        eq &= eq - 1;
+        if (src.c.key_of_ord(thi, c0 + i) >= thr) gt |= 1u << i;
+      }
+      sel[v] &= gt;
+      const int cnt = __popc(sel[v]);
+      int inc = cnt;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d) inc += y;
+      }
+      excl[v] = run + inc - cnt;
+      run += __shfl_sync(0xffffffffu, inc, 31);
+    }
+    int total;
+    const int wb = block_excl_scan(lane == 0 ? run : 0, s, &total);  // earlier warps' totals
+    const int wbase = base + __shfl_sync(0xffffffffu, wb, 0);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      int pos = wbase + excl[v];
+      const int64_t c0 = tb + w * WS + (v * 32 + lane) * NV;
+#pragma unroll
+      for (int i = 0; i < NV; ++i)  // static indices: cur stays in registers
+        if ((sel[v] >> i) & 1u) sink(pos++, src.key1(c0 + i, GlobalSrc<T>::vec_f32(cur[v], i)));
+    }
+    base += total;
+  }
+  return base;
+}
+
+template <typename T, class Sink>
+__device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
+  const bool fast = src.c.force_begin <= 0 && src.c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf;
+  return fast ? gather_fast(src, thr, s, sink) : compact_pass(src, thr, s, sink);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  __shared__ int xslot[2];
+  __shared__ int psum;
+  cg::cluster_group cl = cg::this_cluster();
+  const int C = int(cl.num_blocks());
+  const int rank = int(cl.block_rank());
+  const int64_t r = blockIdx.y;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  const OutRow out = make_out(p, r);
+  ClusterLayout L = carve_cluster(smem, p);
+  using raw = typename Scalar<T>::raw;
+  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const int64_t n = c.n;
+  int64_t lo, hi;
+  chunk_range(n, C, rank, &lo, &hi);
+  STK_STAMP(0);
+  unsigned long long* const npass = p.stamps ? &g_cluster_stamps[31] : nullptr;
+  if (npass && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *npass = 0;
+  for (int i = threadIdx.x; i < kMaxBins; i += blockDim.x) L.h[i] = 0;
+  __syncthreads();
+  GlobalSrc<T> gsrc;
+  gsrc.init(base, lo, hi, c);
+
+  if (n <= int64_t(C) * p.res_cap) {
+    // resident: read the chunk once, ordered scores + the first histogram
+    uint32_t* res = reinterpret_cast<uint32_t*>(L.region);
+    constexpr int NV = GlobalSrc<T>::kVec;
+    const int64_t step = int64_t(blockDim.x) * NV;  // coalesced: lane l on vector l
+    if (lo < hi) {
+#pragma unroll 4
+      for (int64_t gs = gsrc.first() + int64_t(threadIdx.x) * NV; gs < gsrc.end(); gs += step) {
+        uint4 rv;
+        const uint32_t m = gsrc.load_vec(gs, rv);
+#pragma unroll
+        for (int i = 0; i < NV; ++i)
+          if ((m >> i) & 1u) {
+            const uint32_t ord = uint32_t(gsrc.key1(gs + i, GlobalSrc<T>::vec_f32(rv, i)) >> 32);
+            res[gs + i - lo] = ord;
+            atomicAdd(&L.h[ord >> 21], 1u);
+          }
+      }
+    }
+    __syncthreads();
+    STK_STAMP(1);
+    const ResSrc rs{res, hi - lo, c, lo};
+    // n <= k (uniform): every valid key, Tk = 1
+    const uint64_t Tk = n > p.k ? cluster_select(cl, rs, p.k, L.h, L.tot, &psum, s, true, 0, npass) : 1ull;
+    STK_STAMP(2);
+    cluster_output(cl, rs, Tk, p, out, L.outbuf, s, &xslot[0]);
+    STK_STAMP(6);
+    return;
+  }
+
+  // streamed (n > C * res_cap > k): sample -> est -> one-read gather
+  uint64_t* cand = reinterpret_cast<uint64_t*>(L.region);
+  const int R = max(32, min(int(blockDim.x), 1024 / C));  // sample runs of 8 columns per block
+  int64_t S = 0;                    // sample size over the cluster
+  for (int q = 0; q < C; ++q) {
+    int64_t a, b;
+    chunk_range(n, C, q, &a, &b);
+    S += min(b - a, int64_t(R) * kItems);
+  }
+  const int64_t len = hi - lo;
+  if (int(threadIdx.x) < R) {
+#pragma unroll
+    for (int q = 0; q < kItems; ++q) {
+      const int64_t i = int64_t(threadIdx.x) * kItems + q;
+      // disjoint runs spread over the chunk, or the whole chunk if it is short
+      const int64_t j = len >= int64_t(R) * kItems ? lo + (int64_t(threadIdx.x) * len) / R + q : lo + i;
+      cand[i] = j < hi ? gsrc.key1(j, Scalar<T>::f32(base[j])) : stk::kInvalidKey;
+    }
+  }
+  __syncthreads();
+  STK_STAMP(1);
+  int64_t m = (5 * int64_t(p.k) * S + 2 * n - 1) / (2 * n);
+  m = max(m, int64_t(16));
+  // (stopped once the bin holds <= m / 2 sample keys: at most ~1.5 m sample
+  // keys, so ~3.75 k row keys, are expected >= est)
+  const uint64_t est = m < S ? cluster_select(cl, CandSrc{cand, int64_t(R) * kItems}, int(m), L.h, L.tot, &psum,
+                                              s, false, int(m / 2), npass)
+                             : 0ull;
+  STK_STAMP(2);
+  const int cap = p.cand_cap;
+  const int got = gather_wide(gsrc, est, s, [&](int pos, uint64_t key) {
+    if (pos < cap) cand[pos] = key;
+  });
+  STK_STAMP(3);
+  cluster_exchange(cl, got <= cap ? got : -1, &xslot[1], s);
+  STK_STAMP(4);
+  // the top k are among the candidates iff none was dropped and >= k exist
+  const bool ok = s.count >= p.k;
+  __syncthreads();
+  if (ok) {
+    const CandSrc cs{cand, got};
+    const uint64_t Tk = cluster_select(cl, cs, p.k, L.h, L.tot, &psum, s, false, 0, npass);
+    STK_STAMP(5);
+    cluster_output(cl, cs, Tk, p, out, L.outbuf, s, &xslot[0]);
+    STK_STAMP(6);
+  } else {
+    const uint64_t Tk = cluster_select(cl, gsrc, p.k, L.h, L.tot, &psum, s, false, 0, npass);
+    cluster_output(cl, gsrc, Tk, p, out, L.outbuf, s, &xslot[0]);
+  }
+}
+
+}  // namespace stk_nv
