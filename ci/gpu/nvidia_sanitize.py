@@ -5,7 +5,14 @@ Forced paths (SPARSETOPK_NV_PATH): streamed rows with the one-read online
 gather and its overflow fallback, the sampled split path and its fallbacks,
 the legacy split path; the bucket merge, its skew fallback and the legacy
 merge (SPARSETOPK_NV_PATH=legacy-merge), the cluster kernel (resident and
-streamed rows, and its fallback)."""
+streamed rows, and its fallback).
+
+    compute-sanitizer --tool memcheck python ci/gpu/nvidia_sanitize.py
+    compute-sanitizer --tool racecheck python ci/gpu/nvidia_sanitize.py --no-cluster
+
+--no-cluster keeps every call off the cluster kernel (racecheck: its one
+attempt with the cluster cases, on the H200, produced no report within
+150 s)."""
 import os
 import sys
 
@@ -13,6 +20,19 @@ import torch
 
 import sparsetopk
 
+NO_CLUSTER = "--no-cluster" in sys.argv[1:]
+
+
+def path(v=None):
+    """Force SPARSETOPK_NV_PATH=v (None: automatic), keeping --no-cluster."""
+    toks = ([v] if v else []) + (["no-cluster"] if NO_CLUSTER else [])
+    if toks:
+        os.environ["SPARSETOPK_NV_PATH"] = ",".join(toks)
+    else:
+        os.environ.pop("SPARSETOPK_NV_PATH", None)
+
+
+path()
 dev = torch.device("cuda")
 g = torch.Generator(device="cpu").manual_seed(0)
 bad = 0
@@ -43,7 +63,7 @@ long[1, 1000:6000] = 100.0
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 chk(band[:, :65536].contiguous(), 4096, order="index")
 # warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback, k=64 (two values per lane)
-os.environ["SPARSETOPK_NV_PATH"] = "warp"
+path("warp")
 dec = torch.randn(64, 1344, generator=g).to(dev)
 chk(dec, 16)
 chk(dec, 64, order="index", tie_break="high")
@@ -51,31 +71,32 @@ skew = torch.randn(4, 8192, generator=g)
 skew[:, (torch.arange(8192) % 128) < 4] += 50.0
 chk(skew.to(dev), 16)
 chk(torch.zeros(3, 3000, device=dev), 33, order="index")
-os.environ.pop("SPARSETOPK_NV_PATH")
+path()
 ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").indices for s in range(2)], 1)
 vv = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").values for s in range(2)], 1)
 # paths forced through SPARSETOPK_NV_PATH (read by the extension on every call)
-os.environ["SPARSETOPK_NV_PATH"] = "stream,online"  # every row streamed: one-read online gather
+path("stream,online")  # every row streamed: one-read online gather
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], device=dev), order="index")
 chk(band, 2048, order="rank")  # online buffer overflows -> multi-pass fallback (resumes after pass 1)
 chk(long.to(torch.float16), 16, order="any", tie_break="high")
-os.environ["SPARSETOPK_NV_PATH"] = "split"  # sampled split: sample + gather + final
+path("split")  # sampled split: sample + gather + final
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
 chk(long[:2].to(torch.bfloat16), 4096, order="rank")  # (long[1] pile-up: segment overflow -> fallback)
 chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> fallback
-os.environ["SPARSETOPK_NV_PATH"] = "split,legacy-split"
+path("split,legacy-split")
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 # cluster kernel: resident rows (C = 16), streamed rows (C = 2: 131072 > 2 x ~46K columns) with the
 # sampled one-read gather, and its exact fallback (band: candidates overflow)
-os.environ["SPARSETOPK_NV_PATH"] = "cluster=16"
-chk(long, 4096, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
-os.environ["SPARSETOPK_NV_PATH"] = "cluster=2"
-chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 120000, 9], dtype=torch.int32, device=dev), order="any")
-chk(band, 2048, order="index")
-chk(long.to(torch.bfloat16), 16, order="rank", tie_break="high")
-os.environ.pop("SPARSETOPK_NV_PATH")
+if not NO_CLUSTER:
+    os.environ["SPARSETOPK_NV_PATH"] = "cluster=16"
+    chk(long, 4096, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
+    os.environ["SPARSETOPK_NV_PATH"] = "cluster=2"
+    chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 120000, 9], dtype=torch.int32, device=dev), order="any")
+    chk(band, 2048, order="index")
+    chk(long.to(torch.bfloat16), 16, order="rank", tie_break="high")
+path()
 m = sparsetopk.merge(ii, vv, 64, backend="nvidia-sm100")
 r = sparsetopk.merge(ii, vv, 64, backend="reference")
 bad += not torch.equal(m.indices, r.indices)
@@ -118,9 +139,9 @@ chk_merge(big_i, torch.randn(2, 8, 2048, generator=g).to(dev), 4096, order="inde
 skew_i = torch.randint(0, 3000, (2, 2, 2048), generator=g, dtype=torch.int32)
 skew_i[:, 0, 0] = 2**31 - 2
 chk_merge(skew_i.to(dev), torch.randn(2, 2, 2048, generator=g).to(dev), 2048, order="any")
-os.environ["SPARSETOPK_NV_PATH"] = "legacy-merge"
+path("legacy-merge")
 chk_merge(mi, mv, 2048, order="index")
-os.environ.pop("SPARSETOPK_NV_PATH")
+path()
 torch.cuda.synchronize()
 print("sanitize workload mismatches:", bad)
 sys.exit(1 if bad else 0)
