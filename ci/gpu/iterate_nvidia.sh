@@ -2,7 +2,8 @@
 # One device call for nvidia-sm100 kernel work: install the carried wheel (or
 # build), the package's GPU tests, anchor/icp timings, the conformance suite
 # (shape-chosen paths, then with paths forced: SUITE_PATHS), fuzz (FUZZ_PATHS),
-# sanitizers, A/B timing of paths (ab: ci/gpu/ab_paths.sh).
+# sanitizers, A/B timing of paths (ab: ci/gpu/ab_paths.sh), the opt-in TMA
+# bulk-copy gather tests + its A/B timing (bulk).
 # Logs: $OUT/r.tgz. Stages as arguments (default: all).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,6 +49,13 @@ if has fuzz; then
       --seconds ${FUZZ_SECONDS:-25} --json "$R/fuzz-$tag.json" > "$R/fuzz-$tag.log" 2>&1
     echo "fuzz ($fp) rc=$?"; grep -E "^FUZZ|MISMATCH" "$R/fuzz-$tag.log" | head -8
   done
+fi
+if has bulk; then
+  # the TMA bulk-copy gather (opt-in tests: a hang there must not stall the others)
+  SPARSETOPK_TEST_BULK=1 timeout ${BULK_TIMEOUT:-180} $PY -m pytest packages/nvidia-sm100/tests/test_long_rows_gpu.py \
+    -k bulk -q -x -p no:cacheprovider > "$R/bulk.log" 2>&1
+  echo "bulk tests rc=$? $(tail -1 "$R/bulk.log")"; grep -E "^(FAILED|E )" "$R/bulk.log" | head -10
+  AB_OUT="$R" AB_PATHS="auto cluster=2 cluster=2,bulk" AB_SCEN=anchor bash ci/gpu/ab_paths.sh
 fi
 if has ab; then
   AB_OUT="$R" bash ci/gpu/ab_paths.sh

@@ -27,6 +27,7 @@ struct TopkParams {
   int res_cap, cand_cap, out_cap;
   int online;  // streamed rows: one-read online gather (else two-read multi-pass)
   int stamps;  // cluster kernel: record phase times (SPARSETOPK_NV_PATH=stamps; profiling only)
+  int bulk;    // cluster kernel: streamed gather through TMA bulk copies (SPARSETOPK_NV_PATH=bulk)
 };
 
 struct SplitWs {

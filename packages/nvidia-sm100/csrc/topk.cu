@@ -856,6 +856,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   cluster=N     ... with N blocks per cluster (1, 2, 4, 8, 16)
 //   no-cluster    split rows take the multi-kernel split path
 //   stamps        the cluster kernel records phase times (_C.cluster_stamps())
+//   bulk          the cluster kernel's streamed gather uses TMA bulk copies
+//                 (not yet run on a GPU)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -867,6 +869,7 @@ struct PathOpts {
   int cluster = -1;  // -1 auto (split rows that fit), 0 never, 1 always where it fits
   int cluster_n = 0;  // forced cluster size (0: chosen)
   bool stamps = false;
+  bool bulk = false;
 };
 
 static PathOpts path_opts() {
@@ -891,13 +894,14 @@ static PathOpts path_opts() {
     else if (t == "cluster") o.cluster = 1;
     else if (t == "no-cluster") o.cluster = 0;
     else if (t == "stamps") o.stamps = true;
+    else if (t == "bulk") o.bulk = true;
     else if (t == "cluster=1" || t == "cluster=2" || t == "cluster=4" || t == "cluster=8" || t == "cluster=16") {
       o.cluster = 1;
       o.cluster_n = std::atoi(t.c_str() + 8);
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, cluster, cluster=N, no-cluster, stamps)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, cluster, cluster=N, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -916,6 +920,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   if (opt.split >= 0) split = opt.split == 1 && W > 0 && p.rows <= 65535;  // grid.y
   p.online = opt.online ? 1 : 0;
   p.stamps = opt.stamps ? 1 : 0;
+  p.bulk = opt.bulk ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each

@@ -29,6 +29,8 @@
 
 #include <cooperative_groups.h>
 
+#include "bulk_copy.cuh"
+
 namespace stk_nv {
 
 namespace cg = cooperative_groups;
@@ -294,6 +296,97 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   return base;
 }
 
+// The same gather with TMA bulk copies (SPARSETOPK_NV_PATH=bulk, off by
+// default; NOT YET RUN ON A GPU: compiled only). The chunk's 16-byte aligned
+// interior streams through a ring of kRing stages of kStage bytes in shared
+// memory, so the copy engine, not registers, holds ~96 KB in flight (the
+// register version is latency-bound at ~16 GB/s per SM); the head and tail
+// (under 16 bytes each) go through compact_pass. Same contract as
+// gather_fast (caller checks the fast-test conditions and src.vec).
+constexpr int kRing = 6;
+constexpr int kStage = 16384;
+constexpr int kStageVec = 2;  // 16-byte vectors per thread per round: kStage / 16 / 512 threads
+
+template <typename T, class Sink>
+__device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, unsigned char* ring,
+                           uint64_t* bars, Sink sink) {
+  using raw = typename Scalar<T>::raw;
+  constexpr int NV = GlobalSrc<T>::kVec;
+  const int64_t lo = src.j0, hi = src.j1;
+  // aligned interior [A, B): column j sits at a 16-byte boundary iff j = e (mod NV)
+  const uintptr_t b0 = reinterpret_cast<uintptr_t>(src.base);
+  const int64_t e = int64_t(((16u - (b0 & 15u)) & 15u) / sizeof(raw));
+  const int64_t A = lo + (((e - lo) % NV) + NV) % NV;
+  const int64_t B = hi - (((hi - e) % NV) + NV) % NV;
+  if (B <= A) return compact_pass(src, thr, s, sink);
+  GlobalSrc<T> part;
+  part.init(src.base, lo, A, src.c);
+  int base = compact_pass(part, thr, s, sink);
+  const uint32_t thi = uint32_t(thr >> 32);
+  const float tf = __uint_as_float(stk::unordered_u32(thi));
+  const int64_t bytes = (B - A) * int64_t(sizeof(raw));
+  const int ntiles = int((bytes + kStage - 1) / kStage);
+  const unsigned char* g = reinterpret_cast<const unsigned char*>(src.base + A);
+  auto tile_bytes = [&](int t) { return uint32_t(min(int64_t(kStage), bytes - int64_t(t) * kStage)); };
+  if (threadIdx.x == 0)
+    for (int i = 0; i < kRing; ++i) mbar_init(&bars[i]);
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int t = 0; t < min(kRing, ntiles); ++t) bulk_load(ring + t * kStage, g + int64_t(t) * kStage, tile_bytes(t), &bars[t]);
+  for (int t = 0; t < ntiles; ++t) {
+    const int st = t % kRing;
+    mbar_wait(&bars[st], uint32_t(t / kRing) & 1u);
+    const int nvec = int(tile_bytes(t) / 16);
+    const uint4* tv = reinterpret_cast<const uint4*>(ring + st * kStage);
+    const int64_t c0 = A + int64_t(t) * (kStage / int(sizeof(raw)));  // first column of the tile
+    for (int v0 = 0; v0 < nvec; v0 += int(blockDim.x) * kStageVec) {  // one round at 512 threads
+      uint4 cur[kStageVec];
+      uint32_t sel[kStageVec];
+      int cnt = 0;
+#pragma unroll
+      for (int q = 0; q < kStageVec; ++q) {
+        const int vi = v0 + int(threadIdx.x) * kStageVec + q;
+        sel[q] = 0;
+        cur[q] = make_uint4(0, 0, 0, 0);
+        if (vi < nvec) {
+          cur[q] = tv[vi];
+          uint32_t gt = 0, eq = 0;
+#pragma unroll
+          for (int i = 0; i < NV; ++i) {
+            const float x = __uint_as_float(GlobalSrc<T>::vec_f32(cur[q], i));
+            gt |= uint32_t(x > tf) << i;
+            eq |= uint32_t(x == tf) << i;
+          }
+          while (eq) {  // the threshold's own score (rare): the full key decides
+            const int i = __ffs(eq) - 1;
+            eq &= eq - 1;
+            if (src.c.key_of_ord(thi, c0 + int64_t(vi) * NV + i) >= thr) gt |= 1u << i;
+          }
+          sel[q] = gt;
+        }
+        cnt += __popc(sel[q]);
+      }
+      int total;
+      int pos = base + block_excl_scan(cnt, s, &total);  // its barriers end every read of this round
+#pragma unroll
+      for (int q = 0; q < kStageVec; ++q) {
+        const int64_t cv = c0 + int64_t(v0 + int(threadIdx.x) * kStageVec + q) * NV;
+#pragma unroll
+        for (int i = 0; i < NV; ++i)
+          if ((sel[q] >> i) & 1u) sink(pos++, src.key1(cv + i, GlobalSrc<T>::vec_f32(cur[q], i)));
+      }
+      base += total;
+    }
+    // every thread is past its reads of stage st (the scan's barriers): refill it
+    if (threadIdx.x == 0 && t + kRing < ntiles) {
+      fence_proxy_async();
+      bulk_load(ring + st * kStage, g + int64_t(t + kRing) * kStage, tile_bytes(t + kRing), &bars[st]);
+    }
+  }
+  part.init(src.base, B, hi, src.c);
+  return base + compact_pass(part, thr, s, [&](int pos, uint64_t key) { sink(base + pos, key); });
+}
+
 template <typename T, class Sink>
 __device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
   const bool fast = src.c.force_begin <= 0 && src.c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf;
@@ -306,6 +399,7 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   __shared__ BlockScratch s;
   __shared__ int xslot[2];
   __shared__ int psum;
+  __shared__ uint64_t bars[kRing];  // gather_bulk's copy barriers
   cg::cluster_group cl = cg::this_cluster();
   const int C = int(cl.num_blocks());
   const int rank = int(cl.block_rank());
@@ -386,10 +480,16 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
                                               s, false, int(m / 2), npass)
                              : 0ull;
   STK_STAMP(2);
-  const int cap = p.cand_cap;
-  const int got = gather_wide(gsrc, est, s, [&](int pos, uint64_t key) {
+  // (bulk: the last kRing stages of the region become the copy ring)
+  const bool fast_ok = c.force_begin <= 0 && c.force_end <= 0 && uint32_t(est >> 32) > stk::kOrderedNegInf;
+  const int ring_keys = kRing * kStage / 8;
+  const bool bulk = p.bulk && fast_ok && gsrc.vec && p.cand_cap - ring_keys >= 8192;
+  const int cap = bulk ? p.cand_cap - ring_keys : p.cand_cap;
+  auto keep = [&](int pos, uint64_t key) {
     if (pos < cap) cand[pos] = key;
-  });
+  };
+  const int got = bulk ? gather_bulk(gsrc, est, s, L.region + size_t(cap) * 8, bars, keep)
+                       : gather_wide(gsrc, est, s, keep);
   STK_STAMP(3);
   cluster_exchange(cl, got <= cap ? got : -1, &xslot[1], s);
   STK_STAMP(4);
