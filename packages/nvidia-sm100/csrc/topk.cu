@@ -709,7 +709,7 @@ namespace stk_nv {
 struct DevInfo {
   int sms = 0;
   int smem_optin = 0;
-  int max_cluster = 8;  // 16 where a non-portable 16-block cluster can be resident
+  int max_cluster = 8;  // largest cluster size with active[] > 0
   int active[5] = {0, 0, 0, 0, 0};  // clusters of 1, 2, 4, 8, 16 blocks resident at once (full smem)
   bool init = false;
 };
@@ -787,7 +787,9 @@ static const DevInfo& dev_info(int dev) {
     allow_cluster(topk_cluster_kernel<bf16_tag>, lim);
     allow_cluster(topk_cluster_kernel<f16_tag>, lim);
     for (int i = 0; i < 5; ++i) d.active[i] = max_active_clusters(topk_cluster_kernel<float>, 1 << i, lim);
-    d.max_cluster = d.active[4] > 0 ? 16 : 8;
+    d.max_cluster = 1;  // the largest launchable size (16 is non-portable)
+    for (int i = 1; i < 5; ++i)
+      if (d.active[i] > 0) d.max_cluster = 1 << i;
     d.init = true;
   }
   return d;
