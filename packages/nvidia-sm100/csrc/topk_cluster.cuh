@@ -210,6 +210,30 @@ __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint
   if (cl.block_rank() == 0) out.pad(keff);
 }
 
+// The fast test on one 16-byte vector of raw elements (columns c0..): the
+// bits of mask whose key is >= thr, where tf is the threshold's score as a
+// float (above -inf) and no column is forced. x > tf decides, except on the
+// threshold's own score (rare), where the full key does.
+template <typename T>
+__device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, float tf, uint64_t thr,
+                                               const RowCtx& c, int64_t c0) {
+  constexpr int NV = GlobalSrc<T>::kVec;
+  uint32_t gt = 0, eq = 0;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const float x = __uint_as_float(GlobalSrc<T>::vec_f32(r, i));
+    gt |= uint32_t(x > tf) << i;
+    eq |= uint32_t(x == tf) << i;
+  }
+  eq &= mask;
+  while (eq) {
+    const int i = __ffs(eq) - 1;
+    eq &= eq - 1;
+    if (c.key_of_ord(uint32_t(thr >> 32), c0 + i) >= thr) gt |= 1u << i;
+  }
+  return gt & mask;
+}
+
 // Ordered compaction of the keys >= thr of a chunk in global memory (sink(pos,
 // key), pos in index order; returns the count). One block per SM, so the
 // loop must be cheap per column and keep loads in flight:
@@ -255,21 +279,7 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
     int excl[V];        // ... of lanes below this one in vector v
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t c0 = tb + w * WS + (v * 32 + lane) * NV;
-      uint32_t gt = 0, eq = 0;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        const float x = __uint_as_float(GlobalSrc<T>::vec_f32(cur[v], i));
-        gt |= uint32_t(x > tf) << i;
-        eq |= uint32_t(x == tf) << i;
-      }
-      eq &= sel[v];
-      while (eq) {  // a column on the threshold's own score (rare): its full key decides
-        const int i = __ffs(eq) - 1;
-        eq &= eq - 1;
-        if (src.c.key_of_ord(thi, c0 + i) >= thr) gt |= 1u << i;
-      }
-      sel[v] &= gt;
+      sel[v] = vec_select<T>(cur[v], sel[v], tf, thr, src.c, tb + w * WS + (v * 32 + lane) * NV);
       const int cnt = __popc(sel[v]);
       int inc = cnt;
 #pragma unroll
@@ -350,19 +360,7 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
         cur[q] = make_uint4(0, 0, 0, 0);
         if (vi < nvec) {
           cur[q] = tv[vi];
-          uint32_t gt = 0, eq = 0;
-#pragma unroll
-          for (int i = 0; i < NV; ++i) {
-            const float x = __uint_as_float(GlobalSrc<T>::vec_f32(cur[q], i));
-            gt |= uint32_t(x > tf) << i;
-            eq |= uint32_t(x == tf) << i;
-          }
-          while (eq) {  // the threshold's own score (rare): the full key decides
-            const int i = __ffs(eq) - 1;
-            eq &= eq - 1;
-            if (src.c.key_of_ord(thi, c0 + int64_t(vi) * NV + i) >= thr) gt |= 1u << i;
-          }
-          sel[q] = gt;
+          sel[q] = vec_select<T>(cur[q], (1u << NV) - 1u, tf, thr, src.c, c0 + int64_t(vi) * NV);
         }
         cnt += __popc(sel[q]);
       }
@@ -387,10 +385,14 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   return base + compact_pass(part, thr, s, [&](int pos, uint64_t key) { sink(base + pos, key); });
 }
 
+// The fast test applies: no forced columns, threshold score above -inf.
+__device__ __forceinline__ bool fast_test_ok(const RowCtx& c, uint64_t thr) {
+  return c.force_begin <= 0 && c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf;
+}
+
 template <typename T, class Sink>
 __device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
-  const bool fast = src.c.force_begin <= 0 && src.c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf;
-  return fast ? gather_fast(src, thr, s, sink) : compact_pass(src, thr, s, sink);
+  return fast_test_ok(src.c, thr) ? gather_fast(src, thr, s, sink) : compact_pass(src, thr, s, sink);
 }
 
 template <typename T>
@@ -481,9 +483,8 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
                              : 0ull;
   STK_STAMP(2);
   // (bulk: the last kRing stages of the region become the copy ring)
-  const bool fast_ok = c.force_begin <= 0 && c.force_end <= 0 && uint32_t(est >> 32) > stk::kOrderedNegInf;
   const int ring_keys = kRing * kStage / 8;
-  const bool bulk = p.bulk && fast_ok && gsrc.vec && p.cand_cap - ring_keys >= 8192;
+  const bool bulk = p.bulk && fast_test_ok(c, est) && gsrc.vec && p.cand_cap - ring_keys >= 8192;
   const int cap = bulk ? p.cand_cap - ring_keys : p.cand_cap;
   auto keep = [&](int pos, uint64_t key) {
     if (pos < cap) cand[pos] = key;
