@@ -2,7 +2,7 @@
 # One device call for nvidia-sm100 kernel work: install the carried wheel (or
 # build), the package's GPU tests, anchor/icp timings, the conformance suite
 # (shape-chosen paths, then with paths forced: SUITE_PATHS), fuzz (FUZZ_PATHS),
-# sanitizers, A/B timing of paths (ab: ci/gpu/ab_paths.sh), the opt-in TMA
+# sanitizers, A/B timing of paths (ab: ci/gpu/ab_paths.sh), the TMA
 # bulk-copy gather tests + its A/B timing (bulk).
 # Logs: $OUT/r.tgz. Stages as arguments (default: all).
 set -uo pipefail
@@ -51,8 +51,8 @@ if has fuzz; then
   done
 fi
 if has bulk; then
-  # the TMA bulk-copy gather (opt-in tests: a hang there must not stall the others)
-  SPARSETOPK_TEST_BULK=1 timeout ${BULK_TIMEOUT:-180} $PY -m pytest packages/nvidia-sm100/tests/test_long_rows_gpu.py \
+  # the TMA bulk-copy gather: its tests alone, then A/B timing
+  timeout ${BULK_TIMEOUT:-180} $PY -m pytest packages/nvidia-sm100/tests/test_long_rows_gpu.py \
     -k bulk -q -x -p no:cacheprovider > "$R/bulk.log" 2>&1
   echo "bulk tests rc=$? $(tail -1 "$R/bulk.log")"; grep -E "^(FAILED|E )" "$R/bulk.log" | head -10
   AB_OUT="$R" AB_PATHS="auto cluster=2 cluster=2,bulk" AB_SCEN=anchor bash ci/gpu/ab_paths.sh

@@ -10,9 +10,13 @@ streamed rows, and its fallback).
     compute-sanitizer --tool memcheck python ci/gpu/nvidia_sanitize.py
     compute-sanitizer --tool racecheck python ci/gpu/nvidia_sanitize.py --no-cluster
 
+    compute-sanitizer --tool racecheck python ci/gpu/nvidia_sanitize.py --cluster-only
+
 --no-cluster keeps every call off the cluster kernel (racecheck: its one
 attempt with the cluster cases, on the H200, produced no report within
-150 s)."""
+150 s); --cluster-only runs just two small cluster-kernel cases (2 blocks
+per row: one resident row set, one streamed with its gather), so racecheck
+of that kernel stays short."""
 import os
 import sys
 
@@ -21,6 +25,7 @@ import torch
 import sparsetopk
 
 NO_CLUSTER = "--no-cluster" in sys.argv[1:]
+CLUSTER_ONLY = "--cluster-only" in sys.argv[1:]
 
 
 def path(v=None):
@@ -50,6 +55,15 @@ def chk(x, k, **kw):
         bad += 1
         print("MISMATCH", tuple(x.shape), k, {n: v for n, v in kw.items() if not torch.is_tensor(v)})
 
+
+if CLUSTER_ONLY:
+    os.environ["SPARSETOPK_NV_PATH"] = "cluster=2"
+    small = torch.randn(2, 1 << 17, generator=g).to(dev)
+    chk(small, 256, lengths=torch.tensor([9000, 3000], dtype=torch.int32, device=dev), order="rank")  # resident
+    chk(small, 2048, lengths=torch.tensor([1 << 17, 100000], dtype=torch.int32, device=dev), order="any")  # streamed
+    torch.cuda.synchronize()
+    print("sanitize workload mismatches:", bad)
+    sys.exit(1 if bad else 0)
 
 buf = torch.randn(6, 5000, generator=g).to(dev)
 x = buf[:, 3:4003]  # misaligned row view, dirty tail

@@ -5,7 +5,10 @@
 
 Each shape runs 3 times (ncu reports every launch); compare with the graph
 replay times of `sparsetopk bench` to see the per-call overhead around them.
+Arguments ROWSxWIDTH pick shapes (e.g. `4096x4096`); none: all.
 """
+import sys
+
 import torch
 
 import sparsetopk
@@ -19,7 +22,10 @@ SHAPES = [  # rows, width, k, lengths per row (None = full)
     (64, 1 << 20, 2048, 1 << 20),
 ]
 
+pick = set(sys.argv[1:])
 for rows, width, k, n in SHAPES:
+    if pick and f"{rows}x{width}" not in pick:
+        continue
     x = torch.randn(rows, width, device="cuda")
     kw = {"order": "rank" if k <= 64 else "any"}
     if n is not None:

@@ -28,6 +28,7 @@ struct TopkParams {
   int online;  // streamed rows: one-read online gather (else two-read multi-pass)
   int stamps;  // cluster kernel: record phase times (SPARSETOPK_NV_PATH=stamps; profiling only)
   int bulk;    // cluster kernel: streamed gather through TMA bulk copies (SPARSETOPK_NV_PATH=bulk)
+  int legacy_gather;  // split gather: key-per-column compaction (SPARSETOPK_NV_PATH=legacy-gather)
 };
 
 struct SplitWs {

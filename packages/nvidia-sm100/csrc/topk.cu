@@ -342,8 +342,12 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   }
 }
 
+// (defined in topk_cluster.cuh, included below)
+template <typename T, class Sink>
+__device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink);
+
 template <typename T>
-__global__ void __launch_bounds__(1024) split_gather_kernel(TopkParams p, SplitWs ws) {
+__global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs ws) {
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.y;
   const SplitRowState* rs = reinterpret_cast<const SplitRowState*>(ws.state) + r;
@@ -365,9 +369,12 @@ __global__ void __launch_bounds__(1024) split_gather_kernel(TopkParams p, SplitW
   src.init(base, lo, hi, c);
   uint64_t* seg = ws.cand + (r * ws.chunks + blockIdx.x) * int64_t(ws.seg);
   const int cap = ws.seg;
-  const int total = compact_pass(src, rs->prefix, s, [&](int pos, uint64_t key) {
+  auto keep = [&](int pos, uint64_t key) {
     if (pos < cap) seg[pos] = key;
-  });
+  };
+  // the float-test gather of the cluster kernel (one compare per column);
+  // SPARSETOPK_NV_PATH=legacy-gather: the key-per-column compaction
+  const int total = p.legacy_gather ? compact_pass(src, rs->prefix, s, keep) : gather_wide(src, rs->prefix, s, keep);
   if (threadIdx.x == 0) *cnt = total;
 }
 
@@ -703,6 +710,7 @@ static_assert(kMergeItems * kMergeBlock == 16384, "merge_max_candidates");
 #include "topk_cluster.cuh"
 namespace stk_nv {
 
+
 // ----------------------------------------------------------------------------
 // Host side.
 
@@ -859,7 +867,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   no-cluster    split rows take the multi-kernel split path
 //   stamps        the cluster kernel records phase times (_C.cluster_stamps())
 //   bulk          the cluster kernel's streamed gather uses TMA bulk copies
-//                 (not yet run on a GPU)
+//                 (exact on the H200, no faster: off by default)
+//   legacy-gather the sampled split path gathers with the key-per-column
+//                 compaction instead of the float-test gather
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -872,6 +882,7 @@ struct PathOpts {
   int cluster_n = 0;  // forced cluster size (0: chosen)
   bool stamps = false;
   bool bulk = false;
+  bool legacy_gather = false;
 };
 
 static PathOpts path_opts() {
@@ -897,13 +908,14 @@ static PathOpts path_opts() {
     else if (t == "no-cluster") o.cluster = 0;
     else if (t == "stamps") o.stamps = true;
     else if (t == "bulk") o.bulk = true;
+    else if (t == "legacy-gather") o.legacy_gather = true;
     else if (t == "cluster=1" || t == "cluster=2" || t == "cluster=4" || t == "cluster=8" || t == "cluster=16") {
       o.cluster = 1;
       o.cluster_n = std::atoi(t.c_str() + 8);
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, cluster, cluster=N, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, cluster, cluster=N, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -923,6 +935,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.online = opt.online ? 1 : 0;
   p.stamps = opt.stamps ? 1 : 0;
   p.bulk = opt.bulk ? 1 : 0;
+  p.legacy_gather = opt.legacy_gather ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each

@@ -212,26 +212,57 @@ __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint
 
 // The fast test on one 16-byte vector of raw elements (columns c0..): the
 // bits of mask whose key is >= thr, where tf is the threshold's score as a
-// float (above -inf) and no column is forced. x > tf decides, except on the
-// threshold's own score (rare), where the full key does.
+// float (above -inf) and no column is forced. x >= tf decides (one compare per
+// column), except on the threshold's own score (rare: only in lanes that
+// passed some column), where the full key does.
 template <typename T>
 __device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, float tf, uint64_t thr,
                                                const RowCtx& c, int64_t c0) {
   constexpr int NV = GlobalSrc<T>::kVec;
-  uint32_t gt = 0, eq = 0;
+  uint32_t ge = 0;
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const float x = __uint_as_float(GlobalSrc<T>::vec_f32(r, i));
-    gt |= uint32_t(x > tf) << i;
-    eq |= uint32_t(x == tf) << i;
+  for (int i = 0; i < NV; ++i) ge |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) >= tf) << i;
+  ge &= mask;
+  if (ge) {
+    uint32_t eq = 0;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) eq |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) == tf) << i;
+    eq &= ge;
+    while (eq) {
+      const int i = __ffs(eq) - 1;
+      eq &= eq - 1;
+      if (c.key_of_ord(uint32_t(thr >> 32), c0 + i) < thr) ge &= ~(1u << i);
+    }
   }
-  eq &= mask;
-  while (eq) {
-    const int i = __ffs(eq) - 1;
-    eq &= eq - 1;
-    if (c.key_of_ord(uint32_t(thr >> 32), c0 + i) >= thr) gt |= 1u << i;
+  return ge;
+}
+
+// Exclusive prefix over the warp's lanes of a small count (0 <= cnt < 2^B),
+// and the warp's total: B independent ballots instead of a shuffle chain.
+template <int B>
+__device__ __forceinline__ int warp_excl_small(int cnt, int* total) {
+  const uint32_t lt = (1u << (threadIdx.x & 31)) - 1u;
+  int ex = 0, tot = 0;
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    const uint32_t bb = __ballot_sync(0xffffffffu, (cnt >> b) & 1);
+    ex += __popc(bb & lt) << b;
+    tot += __popc(bb) << b;
   }
-  return gt & mask;
+  *total = tot;
+  return ex;
+}
+
+// Appends the selected columns of one vector at pos, pos + 1, ... (index
+// order): a loop over the set bits, so lanes with none (most) do no work.
+template <typename T, class Sink>
+__device__ __forceinline__ void sink_vec(const GlobalSrc<T>& src, const uint4& r, uint32_t sel, int64_t c0, int pos,
+                                         Sink& sink) {
+  while (sel) {
+    const int i = __ffs(sel) - 1;
+    sel &= sel - 1;
+    sink(pos++, src.key1(c0 + i, GlobalSrc<T>::vec_f32(r, i)));
+  }
 }
 
 // Ordered compaction of the keys >= thr of a chunk in global memory (sink(pos,
@@ -252,7 +283,7 @@ __device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, fl
 template <typename T, class Sink>
 __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
   constexpr int NV = GlobalSrc<T>::kVec;  // columns per vector
-  constexpr int V = 3;                    // vectors per lane per step (4: spills at 128 registers)
+  constexpr int V = 4;                    // vectors per lane per step
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t WS = int64_t(V) * 32 * NV;  // a warp's columns per step
   const int64_t step = WS * (blockDim.x >> 5);
@@ -280,27 +311,15 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       sel[v] = vec_select<T>(cur[v], sel[v], tf, thr, src.c, tb + w * WS + (v * 32 + lane) * NV);
-      const int cnt = __popc(sel[v]);
-      int inc = cnt;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, inc, d);
-        if (lane >= d) inc += y;
-      }
-      excl[v] = run + inc - cnt;
-      run += __shfl_sync(0xffffffffu, inc, 31);
+      int tot;
+      excl[v] = run + warp_excl_small<NV == 4 ? 3 : 4>(__popc(sel[v]), &tot);
+      run += tot;
     }
     int total;
     const int wb = block_excl_scan(lane == 0 ? run : 0, s, &total);  // earlier warps' totals
     const int wbase = base + __shfl_sync(0xffffffffu, wb, 0);
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      int pos = wbase + excl[v];
-      const int64_t c0 = tb + w * WS + (v * 32 + lane) * NV;
-#pragma unroll
-      for (int i = 0; i < NV; ++i)  // static indices: cur stays in registers
-        if ((sel[v] >> i) & 1u) sink(pos++, src.key1(c0 + i, GlobalSrc<T>::vec_f32(cur[v], i)));
-    }
+    for (int v = 0; v < V; ++v) sink_vec(src, cur[v], sel[v], tb + w * WS + (v * 32 + lane) * NV, wbase + excl[v], sink);
     base += total;
   }
   return base;
@@ -368,10 +387,8 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
       int pos = base + block_excl_scan(cnt, s, &total);  // its barriers end every read of this round
 #pragma unroll
       for (int q = 0; q < kStageVec; ++q) {
-        const int64_t cv = c0 + int64_t(v0 + int(threadIdx.x) * kStageVec + q) * NV;
-#pragma unroll
-        for (int i = 0; i < NV; ++i)
-          if ((sel[q] >> i) & 1u) sink(pos++, src.key1(cv + i, GlobalSrc<T>::vec_f32(cur[q], i)));
+        sink_vec(src, cur[q], sel[q], c0 + int64_t(v0 + int(threadIdx.x) * kStageVec + q) * NV, pos, sink);
+        pos += __popc(sel[q]);
       }
       base += total;
     }

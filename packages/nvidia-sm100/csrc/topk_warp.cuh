@@ -131,6 +131,13 @@ struct WarpRow {
 
   // Raw 16-byte vectors of chunk c (positions outside [0, n) are not read).
   __device__ __forceinline__ void load(int64_t c, uint4 (&r)[kNv]) const {
+    const int64_t lo = a0 + c * kWarpChunk;
+    if (vec && lo >= 0 && lo + kWarpChunk <= n) {  // whole chunk valid: plain vector loads
+      const uint4* q = reinterpret_cast<const uint4*>(base + lo) + (threadIdx.x & 31);
+#pragma unroll
+      for (int v = 0; v < kNv; ++v) r[v] = __ldg(q + v * 32);
+      return;
+    }
 #pragma unroll
     for (int v = 0; v < kNv; ++v) {
       const int64_t q = col(c, v, 0);
@@ -165,6 +172,24 @@ struct WarpRow {
           const uint32_t uu = u[v * kEpv + i];
           f(uu, uu ? stk::make_key(uu, uint32_t(col(c, v, i)), tie) : 0ull);
         }
+    }
+  }
+
+  // True iff every column of chunk c is valid and none is forced.
+  __device__ __forceinline__ bool interior(int64_t c) const {
+    const int64_t lo = a0 + c * kWarpChunk, hi = lo + kWarpChunk;
+    return lo >= 0 && hi <= n && lo >= jfb && hi <= jfe;
+  }
+
+  // The chunk's scores widened to float32 (no canonicalisation).
+  __device__ __forceinline__ void widen(const uint4 (&r)[kNv], float (&x)[kWarpElems]) const {
+#pragma unroll
+    for (int v = 0; v < kNv; ++v) {
+      const uint32_t w[4] = {r[v].x, r[v].y, r[v].z, r[v].w};
+#pragma unroll
+      for (int i = 0; i < kEpv; ++i)
+        x[v * kEpv + i] = __uint_as_float(
+            sizeof(raw) == 4 ? w[i] : Scalar<T>::f32(raw((w[i / 2] >> (16 * (i & 1))) & 0xffffu)));
     }
   }
 
@@ -205,6 +230,17 @@ struct WarpRow {
   }
 };
 
+// Maximum of 32 floats as a tree (short dependency chain), NaN skipped.
+__device__ __forceinline__ float tree_fmax(const float (&x)[kWarpElems]) {
+  static_assert(kWarpElems == 32, "tree below is for 32 values");
+  float a[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = fmaxf(fmaxf(x[i], x[i + 8]), fmaxf(x[i + 16], x[i + 24]));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = fmaxf(a[i], a[i + 4]);
+  return fmaxf(fmaxf(a[0], a[2]), fmaxf(a[1], a[3]));
+}
+
 __device__ __forceinline__ uint64_t warp_key(uint32_t u, int64_t j, int tie) {
   return stk::make_key(u, uint32_t(j), tie);
 }
@@ -213,6 +249,7 @@ __device__ __forceinline__ uint64_t warp_key(uint32_t u, int64_t j, int tie) {
 struct __align__(16) WarpSmem {
   uint64_t cand[kWarpCap];
   uint32_t hist[256];  // radix fallback; lane values for the threshold
+  uint4 stage[kWarpChunk * 4 / 16];  // the chunk's raw vectors, for survivors by position (k <= 32)
 };
 
 // Writes the row's output from the sorted keys (descending, P per lane).
@@ -453,6 +490,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
   WarpRow<T> row;
   row.init(static_cast<const raw*>(p.scores) + r * p.row_stride + g.start, c.n, c);
   const int k = p.k;
+  const int lane = threadIdx.x & 31;
   const int64_t nch = c.n > 0 ? row.chunks() : 0;
   uint32_t m1 = 0, m2 = 0;  // this lane's best values (of the chunks that could matter)
   int cnt = 0;
@@ -464,6 +502,64 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
   if (nch > 0) row.load(0, cur);
   for (int64_t ch = 0; ch < nch; ++ch) {
     if (ch + 1 < nch) row.load(ch + 1, nxt);
+    if (M == 1 && row.interior(ch)) {
+      // Interior chunk (every column valid, none forced), one value per lane:
+      // the steps below on float32 values, which need no per-column
+      // canonicalisation. fmaxf skips NaN (canonical -inf), so the canonical
+      // form of the float maximum is the maximum canonical score. With T above
+      // -inf, canonical(x) >= T iff x >= t
+      // (t = T's float: NaN fails, -0 passes t = +0 like its canonical +0),
+      // so survivors come from float compares and only they are
+      // canonicalised, read back by position from the warp's staging copy
+      // (registers cannot be indexed at run time).
+      float x[kWarpElems];
+      row.widen(cur, x);
+      const uint32_t cm = stk::ordered_canonical_u32(__float_as_uint(tree_fmax(x)));
+      if (__any_sync(0xffffffffu, cm >= Tadm)) {
+        m1 = max(m1, cm);
+        Tadm = max(warp_kth<1>(m1, 0u, k, sm.hist), 1u);
+        uint32_t mask = 0;
+        if (Tadm > stk::kOrderedNegInf) {
+          const float t = __uint_as_float(stk::unordered_u32(Tadm));
+#pragma unroll
+          for (int e = 0; e < kWarpElems; ++e) mask |= uint32_t(x[e] >= t) << e;
+        } else {
+#pragma unroll
+          for (int e = 0; e < kWarpElems; ++e)
+            mask |= uint32_t(stk::ordered_canonical_u32(__float_as_uint(x[e])) >= Tadm) << e;
+        }
+        const int mine = __popc(mask);
+        const int incl = warp_incl_scan(mine);
+        const int inc = __shfl_sync(0xffffffffu, incl, 31);
+        if (cnt + inc > kWarpCap) {
+          cnt = warp_filter(sm.cand, cnt, Tadm);
+          if (cnt + inc > kWarpCap) {
+            overflow = true;
+            break;
+          }
+        }
+        if (mask) {
+          // each lane reads back only what it wrote: no warp sync needed
+#pragma unroll
+          for (int v = 0; v < kNv; ++v) sm.stage[v * 32 + lane] = cur[v];
+          const raw* st = reinterpret_cast<const raw*>(sm.stage);
+          int pos = cnt + incl - mine;
+          do {
+            const int e = __ffs(mask) - 1;
+            mask &= mask - 1;
+            const int v = e / kEpv, i = e % kEpv;
+            const int64_t j = row.col(ch, v, i);
+            uint32_t uu = stk::ordered_canonical_u32(Scalar<T>::f32(st[(v * 32 + lane) * kEpv + i]));
+            sm.cand[pos++] = warp_key(uu, j, p.tie);
+          } while (mask);
+        }
+        cnt += inc;
+        __syncwarp();
+      }
+#pragma unroll
+      for (int v = 0; v < kNv; ++v) cur[v] = nxt[v];
+      continue;
+    }
     uint32_t u[kWarpElems];
     row.convert(ch, cur, u);
     uint32_t cm = 0;

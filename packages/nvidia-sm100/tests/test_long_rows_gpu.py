@@ -22,7 +22,6 @@ Skipped without a usable CUDA device.
 from __future__ import annotations
 
 import math
-import os
 import zlib
 
 import pytest
@@ -47,7 +46,7 @@ def _usable():
 pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
-         "cluster=1", "cluster=16"]
+         "cluster=1", "cluster=16", "split,legacy-gather"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -269,9 +268,6 @@ def test_plan_reports_paths(monkeypatch):
         C.plan(4, 1 << 20, 2048, 0)
 
 
-@pytest.mark.skipif(os.environ.get("SPARSETOPK_TEST_BULK") != "1",
-                    reason="the TMA bulk-copy gather has not run on a GPU yet: opt in with SPARSETOPK_TEST_BULK=1 "
-                           "(ci/gpu/iterate_nvidia.sh bulk), so that a hang there cannot stall the other tests")
 @pytest.mark.parametrize("path", ["cluster=1,bulk", "cluster=2,bulk", "cluster=16,bulk"], indirect=True)
 @pytest.mark.parametrize("kind", ["normal", "sorted", "band", "const", "specials", "blocky"])
 def test_bulk_gather(path, kind):
