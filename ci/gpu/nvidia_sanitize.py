@@ -14,9 +14,10 @@ streamed rows, and its fallback).
 
 --no-cluster keeps every call off the cluster kernel (racecheck: its one
 attempt with the cluster cases, on the H200, produced no report within
-150 s); --cluster-only runs just two small cluster-kernel cases (2 blocks
-per row: one resident row set, one streamed with its gather), so racecheck
-of that kernel stays short."""
+150 s); --cluster-only runs just three small cluster-kernel cases (2 blocks
+per row: one resident row set, one streamed with its per-warp gather, one
+sorted, whose per-warp regions overflow into the block-synchronous gather),
+so racecheck of that kernel stays short."""
 import os
 import sys
 
@@ -61,6 +62,8 @@ if CLUSTER_ONLY:
     small = torch.randn(2, 1 << 17, generator=g).to(dev)
     chk(small, 256, lengths=torch.tensor([9000, 3000], dtype=torch.int32, device=dev), order="rank")  # resident
     chk(small, 2048, lengths=torch.tensor([1 << 17, 100000], dtype=torch.int32, device=dev), order="any")  # streamed
+    # sorted rows: every candidate in the last warp's span -> its region overflows -> block-synchronous gather
+    chk(torch.sort(small, dim=1)[0], 2048, order="index")
     torch.cuda.synchronize()
     print("sanitize workload mismatches:", bad)
     sys.exit(1 if bad else 0)

@@ -29,6 +29,7 @@ struct TopkParams {
   int stamps;  // cluster kernel: record phase times (SPARSETOPK_NV_PATH=stamps; profiling only)
   int bulk;    // cluster kernel: streamed gather through TMA bulk copies (SPARSETOPK_NV_PATH=bulk)
   int legacy_gather;  // split gather: key-per-column compaction (SPARSETOPK_NV_PATH=legacy-gather)
+  int warp_gather;    // cluster kernel: per-warp streamed gather (off: SPARSETOPK_NV_PATH=block-gather)
 };
 
 struct SplitWs {

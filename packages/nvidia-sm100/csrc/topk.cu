@@ -870,6 +870,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 (exact on the H200, no faster: off by default)
 //   legacy-gather the sampled split path gathers with the key-per-column
 //                 compaction instead of the float-test gather
+//   block-gather  the cluster kernel's streamed gather runs block-synchronous
+//                 steps (default: each warp its own span, packed at the end)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -883,6 +885,7 @@ struct PathOpts {
   bool stamps = false;
   bool bulk = false;
   bool legacy_gather = false;
+  bool warp_gather = true;
 };
 
 static PathOpts path_opts() {
@@ -908,6 +911,7 @@ static PathOpts path_opts() {
     else if (t == "no-cluster") o.cluster = 0;
     else if (t == "stamps") o.stamps = true;
     else if (t == "bulk") o.bulk = true;
+    else if (t == "block-gather") o.warp_gather = false;
     else if (t == "legacy-gather") o.legacy_gather = true;
     else if (t == "cluster=1" || t == "cluster=2" || t == "cluster=4" || t == "cluster=8" || t == "cluster=16") {
       o.cluster = 1;
@@ -915,7 +919,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, cluster, cluster=N, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, cluster, cluster=N, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -936,6 +940,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.stamps = opt.stamps ? 1 : 0;
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;
+  p.warp_gather = opt.warp_gather ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each

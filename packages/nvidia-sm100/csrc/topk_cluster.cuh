@@ -325,6 +325,82 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   return base;
 }
 
+// The same gather without block barriers: warp w streams its own contiguous
+// span (vectors [w, w+1) x nvec / warps of the chunk's aligned grid), next
+// step's loads in flight, appending its keys >= thr in index order to its own
+// region of buf's upper half; one block scan of the warp counts then packs
+// the regions, in warp order (= index order), into buf[0, total). Warps drift
+// apart instead of waiting for the slowest load of every step. Returns the
+// count, or cap + 1 when a warp's region (or the lower half) would overflow:
+// the caller then runs the block-synchronous gather (skewed rows).
+template <typename T>
+__device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
+  constexpr int NV = GlobalSrc<T>::kVec;
+  constexpr int V = 4;
+  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = int(blockDim.x) >> 5;
+  const int half = cap / 2, wcap = (cap - half) / nw;
+  uint64_t* reg = buf + half + int64_t(w) * wcap;
+  const float tf = __uint_as_float(stk::unordered_u32(uint32_t(thr >> 32)));
+  const int64_t f = src.first();
+  const int64_t nvec = (src.end() - f + NV - 1) / NV;
+  const int64_t v0 = nvec * w / nw, v1 = nvec * (w + 1) / nw;
+  int cnt = 0;
+  bool over = false;
+  auto put = [&](int pos, uint64_t key) { reg[pos] = key; };
+  uint4 nxt[V];
+  uint32_t nm[V];
+  auto load_step = [&](int64_t vb) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t vi = vb + v * 32 + lane;
+      nm[v] = vi < v1 ? src.load_vec(f + vi * NV, nxt[v]) : 0u;  // past the span: the next warp's
+    }
+  };
+  if (v0 < v1) load_step(v0);
+  for (int64_t vb = v0; vb < v1; vb += 32 * V) {
+    uint4 cur[V];
+    uint32_t sel[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      sel[v] = nm[v];
+      cur[v] = nxt[v];
+    }
+    if (vb + 32 * V < v1) load_step(vb + 32 * V);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c0 = f + (vb + v * 32 + lane) * NV;
+      sel[v] = sel[v] ? vec_select<T>(cur[v], sel[v], tf, thr, src.c, c0) : 0u;
+      int tot;
+      const int ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(sel[v]), &tot);
+      over = over || cnt + tot > wcap;  // warp-uniform
+      if (!over) sink_vec(src, cur[v], sel[v], c0, cnt + ex, put);
+      cnt += tot;
+    }
+    if (over) break;
+  }
+  if (lane == 0) s.warp[w] = over ? -1 : cnt;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    bool bad = false;
+    for (int i = 0; i < nw; ++i) {
+      const int c = s.warp[i];
+      bad = bad || c < 0;
+      s.warp[i] = acc;
+      acc += c < 0 ? 0 : c;
+    }
+    s.count = bad || acc > half ? -1 : acc;
+  }
+  __syncthreads();
+  const int total = s.count;
+  if (total >= 0) {
+    const int off = s.warp[w];
+    for (int i = lane; i < cnt; i += 32) buf[off + i] = reg[i];  // upper half -> lower half: disjoint
+  }
+  __syncthreads();
+  return total >= 0 ? total : cap + 1;
+}
+
 // The same gather with TMA bulk copies (SPARSETOPK_NV_PATH=bulk, off by
 // default; NOT YET RUN ON A GPU: compiled only). The chunk's 16-byte aligned
 // interior streams through a ring of kRing stages of kStage bytes in shared
@@ -506,8 +582,15 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   auto keep = [&](int pos, uint64_t key) {
     if (pos < cap) cand[pos] = key;
   };
-  const int got = bulk ? gather_bulk(gsrc, est, s, L.region + size_t(cap) * 8, bars, keep)
-                       : gather_wide(gsrc, est, s, keep);
+  int got;
+  if (bulk) {
+    got = gather_bulk(gsrc, est, s, L.region + size_t(cap) * 8, bars, keep);
+  } else if (p.warp_gather && fast_test_ok(c, est)) {
+    got = gather_warps(gsrc, est, s, cand, cap);
+    if (got > cap) got = gather_wide(gsrc, est, s, keep);  // a warp's share overflowed (skewed row)
+  } else {
+    got = gather_wide(gsrc, est, s, keep);
+  }
   STK_STAMP(3);
   cluster_exchange(cl, got <= cap ? got : -1, &xslot[1], s);
   STK_STAMP(4);
