@@ -136,7 +136,9 @@ struct WarpRow {
     return a0 + c * kWarpChunk + int64_t(v) * (32 * kEpv) + int64_t(threadIdx.x & 31) * kEpv + i;
   }
 
-  // Raw 16-byte vectors of chunk c (positions outside [0, n) are not read).
+  // Raw 16-byte vectors of chunk c (positions outside [0, n) are not read:
+  // they hold NaN, which no float compare passes and fmaxf skips).
+  static constexpr raw kRawNaN = raw(sizeof(raw) == 4 ? 0x7fffffffu : 0x7fffu);
   __device__ __forceinline__ void load(int64_t c, uint4 (&r)[kNv]) const {
     const int64_t lo = a0 + c * kWarpChunk;
     if (vec && lo >= 0 && lo + kWarpChunk <= n) {  // whole chunk valid: plain vector loads
@@ -156,7 +158,7 @@ struct WarpRow {
           raw t[kEpv];
         } w;
 #pragma unroll
-        for (int i = 0; i < kEpv; ++i) w.t[i] = (q + i >= 0 && q + i < n) ? base[q + i] : raw(0);
+        for (int i = 0; i < kEpv; ++i) w.t[i] = (q + i >= 0 && q + i < n) ? base[q + i] : kRawNaN;
         r[v] = w.q4;
       }
     }
@@ -182,10 +184,15 @@ struct WarpRow {
     }
   }
 
-  // True iff every column of chunk c is valid and none is forced.
-  __device__ __forceinline__ bool interior(int64_t c) const {
+  // True iff no valid column of chunk c is forced.
+  __device__ __forceinline__ bool unforced(int64_t c) const {
     const int64_t lo = a0 + c * kWarpChunk, hi = lo + kWarpChunk;
-    return lo >= 0 && hi <= n && lo >= jfb && hi <= jfe;
+    return (lo > 0 ? lo : 0) >= jfb && (hi < n ? hi : n) <= jfe;
+  }
+  // True iff chunk c has positions outside [0, n).
+  __device__ __forceinline__ bool edge(int64_t c) const {
+    const int64_t lo = a0 + c * kWarpChunk;
+    return lo < 0 || lo + kWarpChunk > n;
   }
 
   // The chunk's scores widened to float32 (no canonicalisation).
@@ -509,12 +516,13 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
   if (nch > 0) row.load(0, cur);
   for (int64_t ch = 0; ch < nch; ++ch) {
     if (ch + 1 < nch) row.load(ch + 1, nxt);
-    if (M == 1 && row.interior(ch)) {
-      // Interior chunk (every column valid, none forced), one value per lane:
-      // the steps below on float32 values, which need no per-column
-      // canonicalisation. fmaxf skips NaN (canonical -inf), so the canonical
-      // form of the float maximum is the maximum canonical score. With T above
-      // -inf, canonical(x) >= T iff x >= t
+    if (M == 1 && row.unforced(ch)) {
+      // Unforced chunk, one value per lane: the steps below on float32
+      // values, which need no per-column canonicalisation. fmaxf skips NaN
+      // (canonical -inf), so the canonical form of the float maximum is the
+      // maximum canonical score. Positions outside [0, n) were loaded as NaN:
+      // a lane with none valid then offers -inf, which cannot matter (T at
+      // -inf keeps every valid column anyway). With T above -inf, canonical(x) >= T iff x >= t
       // (t = T's float: NaN fails, -0 passes t = +0 like its canonical +0),
       // so survivors come from float compares and only they are
       // canonicalised, read back by position from the warp's staging copy
@@ -530,10 +538,19 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
           const float t = __uint_as_float(stk::unordered_u32(Tadm));
 #pragma unroll
           for (int e = 0; e < kWarpElems; ++e) mask |= uint32_t(x[e] >= t) << e;
-        } else {
+        } else {  // T at -inf (rare): every valid column, NaN included
 #pragma unroll
           for (int e = 0; e < kWarpElems; ++e)
             mask |= uint32_t(stk::ordered_canonical_u32(__float_as_uint(x[e])) >= Tadm) << e;
+          if (row.edge(ch)) {
+#pragma unroll
+            for (int v = 0; v < kNv; ++v)
+#pragma unroll
+              for (int i = 0; i < kEpv; ++i) {
+                const int64_t j = row.col(ch, v, i);
+                if (j < 0 || j >= row.n) mask &= ~(1u << (v * kEpv + i));
+              }
+          }
         }
         const int mine = __popc(mask);
         const int incl = warp_incl_scan(mine);
