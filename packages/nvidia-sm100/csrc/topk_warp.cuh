@@ -352,6 +352,16 @@ __device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm
   return out;
 }
 
+// Room in the buffer for this chunk's survivors (`mine` in this lane): the
+// warp's inclusive scan of them (*incl) and their total (*inc). A full
+// buffer is first compacted against Tadm. False: they still do not fit.
+__device__ __forceinline__ bool warp_reserve(int mine, uint32_t Tadm, WarpSmem& sm, int& cnt, int* incl, int* inc) {
+  *incl = warp_incl_scan(mine);
+  *inc = __shfl_sync(0xffffffffu, *incl, 31);
+  if (cnt + *inc > kWarpCap) cnt = warp_filter(sm.cand, cnt, Tadm);
+  return cnt + *inc <= kWarpCap;
+}
+
 // Exact fallback: radix select on the 64-bit key over the whole row, then the
 // k keys >= Tk are collected into buf. Returns their count (== k).
 template <typename T>
@@ -554,14 +564,10 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
           }
         }
         const int mine = __popc(mask);
-        const int incl = warp_incl_scan(mine);
-        const int inc = __shfl_sync(0xffffffffu, incl, 31);
-        if (cnt + inc > kWarpCap) {
-          cnt = warp_filter(sm.cand, cnt, Tadm);
-          if (cnt + inc > kWarpCap) {
-            overflow = true;
-            break;
-          }
+        int incl, inc;
+        if (!warp_reserve(mine, Tadm, sm, cnt, &incl, &inc)) {
+          overflow = true;
+          break;
         }
         if (mask) {
           // each lane reads back only what it wrote: no warp sync needed
@@ -603,14 +609,10 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
       int mine = 0;
 #pragma unroll
       for (int e = 0; e < kWarpElems; ++e) mine += u[e] >= Tadm;
-      const int incl = warp_incl_scan(mine);
-      const int inc = __shfl_sync(0xffffffffu, incl, 31);
-      if (cnt + inc > kWarpCap) {
-        cnt = warp_filter(sm.cand, cnt, Tadm);
-        if (cnt + inc > kWarpCap) {
-          overflow = true;
-          break;
-        }
+      int incl, inc;
+      if (!warp_reserve(mine, Tadm, sm, cnt, &incl, &inc)) {
+        overflow = true;
+        break;
       }
       if (mine) {
         int pos = cnt + incl - mine;
