@@ -46,6 +46,13 @@ __device__ __forceinline__ RowCtx make_ctx(const TopkParams& p, const stk::RowGe
   return c;
 }
 
+// Column 0 of row r's valid range (the row's own start applied).
+template <typename T>
+__device__ __forceinline__ const typename Scalar<T>::raw* row_scores(const TopkParams& p, int64_t r,
+                                                                     const stk::RowGeometry& g) {
+  return static_cast<const typename Scalar<T>::raw*>(p.scores) + r * p.row_stride + g.start;
+}
+
 __device__ __forceinline__ OutRow make_out(const TopkParams& p, int64_t r) {
   OutRow o;
   o.idx = p.out_idx + r * p.out_idx_stride;
@@ -161,7 +168,7 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   const OutRow out = make_out(p, r);
   SmemLayout L = carve(smem, p);
   using raw = typename Scalar<T>::raw;
-  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const raw* base = row_scores<T>(p, r, g);
   GlobalSrc<T> gsrc;
   gsrc.init(base, 0, c.n, c);
   const int64_t n = c.n;
@@ -231,7 +238,7 @@ __global__ void __launch_bounds__(1024) split_hist_kernel(TopkParams p, SplitWs 
   chunk_range(c.n, ws.chunks, blockIdx.x, &lo, &hi);
   if (lo >= hi) return;
   using raw = typename Scalar<T>::raw;
-  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const raw* base = row_scores<T>(p, r, g);
   GlobalSrc<T> src;
   src.init(base, lo, hi, c);
   hist_pass(src, hist, 0ull, 0, 11);
@@ -288,7 +295,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
     return;
   }
   using raw = typename Scalar<T>::raw;
-  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const raw* base = row_scores<T>(p, r, g);
   const int64_t runs = blockDim.x;
   const int64_t full = runs * kItems;
   const int S = int(min(n, full));
@@ -364,7 +371,7 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
     return;
   }
   using raw = typename Scalar<T>::raw;
-  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const raw* base = row_scores<T>(p, r, g);
   GlobalSrc<T> src;
   src.init(base, lo, hi, c);
   uint64_t* seg = ws.cand + (r * ws.chunks + blockIdx.x) * int64_t(ws.seg);
@@ -388,7 +395,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   const OutRow out = make_out(p, r);
   SmemLayout L = carve(smem, p);
   using raw = typename Scalar<T>::raw;
-  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const raw* base = row_scores<T>(p, r, g);
   GlobalSrc<T> gsrc;
   gsrc.init(base, 0, c.n, c);
   const SplitRowState* rsp = reinterpret_cast<const SplitRowState*>(ws.state) + r;

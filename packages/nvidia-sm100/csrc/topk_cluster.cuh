@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   const OutRow out = make_out(p, r);
   ClusterLayout L = carve_cluster(smem, p);
   using raw = typename Scalar<T>::raw;
-  const raw* base = static_cast<const raw*>(p.scores) + r * p.row_stride + g.start;
+  const raw* base = row_scores<T>(p, r, g);
   const int64_t n = c.n;
   int64_t lo, hi;
   chunk_range(n, C, rank, &lo, &hi);

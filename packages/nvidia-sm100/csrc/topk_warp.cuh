@@ -513,7 +513,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
   using raw = typename Scalar<T>::raw;
   constexpr int kNv = WarpRow<T>::kNv, kEpv = WarpRow<T>::kEpv;
   WarpRow<T> row;
-  row.init(static_cast<const raw*>(p.scores) + r * p.row_stride + g.start, c.n, c);
+  row.init(row_scores<T>(p, r, g), c.n, c);
   const int k = p.k;
   const int lane = threadIdx.x & 31;
   const int64_t nch = c.n > 0 ? row.chunks() : 0;
