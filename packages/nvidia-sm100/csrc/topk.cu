@@ -157,11 +157,78 @@ __device__ void stream_select(const Src& gsrc, int64_t n, const TopkParams& p, c
 
 __device__ __forceinline__ int online_cap(const TopkParams& p) { return p.cand_cap + int(p.res_cap / 2); }
 
+// A row of one tile (at most blockDim x 8 columns) and k <= kBoundMaxK: a
+// bound before any radix pass. Each thread holds its 8 columns in registers;
+// a bound T on the threads' maxima with k of them at or above it
+// (block_bound) is a lower bound of the row's k-th score (k distinct columns
+// reach it), so the columns >= T hold the whole top k. When they fit one per
+// thread they are ranked by counting (finish_small): three barriers in all
+// instead of the 2048-bin histogram passes (k = 16 decode rows of 1344
+// columns: ~40 survivors). Heavy ties at T (more survivors than threads)
+// take the radix select over the resident copy, which is always written.
+constexpr int kBoundMaxK = 64;
+
+template <class Src>
+__device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p, const OutRow& out,
+                                 SmemLayout& L, BlockScratch& s) {
+  STK_CLOCK(1);
+  if (threadIdx.x == 0) s.flag = 0;  // survivor count (block_bound's barrier orders this first)
+  const int64_t gs = gsrc.first() + int64_t(threadIdx.x) * kItems;
+  uint32_t u[kItems];
+  uint32_t m = 0, tmax = 0;
+  {
+    uint64_t key[kItems];
+    if (gs < gsrc.end()) m = gsrc.load(gs, key);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      u[i] = ((m >> i) & 1u) ? uint32_t(key[i] >> 32) : 0u;  // 0: no column (below every score)
+      if ((m >> i) & 1u) L.res[gs + i] = u[i];
+      tmax = max(tmax, u[i]);
+    }
+  }
+  asm volatile("" ::"r"(tmax));
+  STK_CLOCK(2);
+  // 0 when no bound was found: then every column is kept
+  const uint32_t T = block_bound(tmax, p.k, L.hist,
+                                     p.stamps && blockIdx.x == 0 ? &g_cluster_stamps[24] : nullptr);
+  STK_CLOCK(3);
+  // survivors appended in arrival order (finish_small's output does not
+  // depend on it): one barrier instead of an ordered block scan
+  uint32_t sel = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i)
+    if (((m >> i) & 1u) && u[i] >= T) sel |= 1u << i;
+  const RowCtx& c = gsrc.c;
+  if (sel) {
+    int pos = atomicAdd(&s.flag, __popc(sel));
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if ((sel >> i) & 1u) {
+        if (pos < int(blockDim.x)) L.cand[pos] = c.key_of_ord(u[i], gs + i);
+        ++pos;
+      }
+  }
+  __syncthreads();
+  const int total = s.flag;
+  STK_CLOCK(4);
+  if (p.stamps && blockIdx.x == 0 && threadIdx.x == 0) g_cluster_stamps[30] = total;
+  if (total <= int(blockDim.x)) {
+    STK_CLOCK(5);
+    finish_small(L.cand, total, p.k, p.order, out, L.rankbuf);
+    STK_CLOCK(6);
+    return;
+  }
+  ResSrc rs{L.res, n, c, 0};
+  select_and_finish(rs, n, p, out, L, s, SelState{0ull, 0, p.k});
+  STK_CLOCK(7);
+}
+
 // One block per row.
 template <typename T>
 __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
+  STK_CLOCK(0);
   const int64_t r = blockIdx.x;
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
@@ -179,6 +246,10 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   SelState st{0ull, 0, p.k};
   if (n <= p.res_cap) {
     const int64_t step = int64_t(blockDim.x) * kItems;
+    if (p.k <= kBoundMaxK && gsrc.end() - gsrc.first() <= step) {
+      resident_bounded(gsrc, n, p, out, L, s);
+      return;
+    }
 #pragma unroll 2
     for (int64_t gs = gsrc.first() + int64_t(threadIdx.x) * kItems; gs < gsrc.end(); gs += step) {
       uint64_t key[kItems];
@@ -190,6 +261,7 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
     __syncthreads();
     ResSrc rs{L.res, n, c, 0};
     select_and_finish(rs, n, p, out, L, s, st);
+    STK_CLOCK(7);
   } else if (p.online) {
     stream_select(gsrc, n, p, out, L, s, online_cap(p));
   } else {
@@ -1018,6 +1090,10 @@ Plan plan_topk(TopkParams& p, int dev) {
     p.res_cap = res;
     plan.smem = int(fixed + res * 4);
     plan.block = W <= 4096 ? 256 : (W <= 32768 ? 512 : 1024);
+    // k <= kBoundMaxK: one tile per row (resident_bounded), so as many whole
+    // warps as the row has 8-column tiles, plus one for the alignment head
+    const int64_t tiles = (W + kItems - 1) / kItems + 1;
+    if (k <= kBoundMaxK && tiles <= 1024) plan.block = int(std::max<int64_t>(128, (tiles + 31) / 32 * 32));
   }
   return plan;
 }

@@ -37,19 +37,6 @@ namespace stk_nv {
 
 namespace cg = cooperative_groups;
 
-// Profiling aid (SPARSETOPK_NV_PATH=stamps): %globaltimer at phase ends, by
-// thread 0 of block 0 of row 0; read back with _C.cluster_stamps(). Slot 31
-// counts select passes.
-__device__ unsigned long long g_cluster_stamps[32];
-#define STK_STAMP(i)                                                                   \
-  do {                                                                                 \
-    if (p.stamps && blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) {          \
-      unsigned long long t_;                                                           \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                           \
-      g_cluster_stamps[i] = t_;                                                        \
-    }                                                                                  \
-  } while (0)
-
 // Dynamic shared memory: this block's histogram, the summed parts
 // (cluster_find), block 0's rank buffer, then one region that holds the
 // resident slice (uint32 scores) or the sample / the candidates (uint64 keys).

@@ -30,6 +30,25 @@ __device__ __forceinline__ int digit_bits(int depth) {
   return (depth == 22 || depth == 54) ? 10 : 11;
 }
 
+// Profiling aid (SPARSETOPK_NV_PATH=stamps): %globaltimer at phase ends, by
+// thread 0 of block 0 of row 0; read back with _C.cluster_stamps(). Slot 31
+// counts the cluster kernel's select passes; slots 16.. hold SM clock cycles
+// (STK_CLOCK: sub-microsecond phases of the one-block kernel).
+__device__ unsigned long long g_cluster_stamps[32];
+#define STK_STAMP(i)                                                                   \
+  do {                                                                                 \
+    if (p.stamps && blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0) {          \
+      unsigned long long t_;                                                           \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                           \
+      g_cluster_stamps[i] = t_;                                                        \
+    }                                                                                  \
+  } while (0)
+#define STK_CLOCK(i)                                                                   \
+  do {                                                                                 \
+    if (p.stamps && blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0)            \
+      g_cluster_stamps[16 + (i)] = clock64();                                          \
+  } while (0)
+
 // ----------------------------------------------------------------------------
 // score loading: raw element -> float32 bits (exact widening)
 template <typename T> struct Scalar;
@@ -260,6 +279,46 @@ __device__ __forceinline__ int block_excl_scan(int v, BlockScratch& s, int* tota
   *total = s.warp[nw - 1];
   __syncthreads();
   return r;
+}
+
+// A lower bound T > 0 of the k-th largest of the block's per-thread values v
+// (0 = none): at least k values are >= T; 0 when no such bound is found.
+// Each warp sorts its 32 values (shuffle bitonic, descending) into lists; a
+// warp whose 32 lanes all hold a value is "full". With nf full warps and
+// q = ceil(k / nf), the smallest of their q-th largest values has nf q >= k
+// values at or above it; for k <= 32 so has any warp's k-th largest value.
+// T is the larger of the two. Looser than the exact k-th largest (a counting
+// search over the lists measured ~1500 cycles for 6 warps: dependent shared
+// loads), but it costs one barrier and three warp reductions. lists: 32 x
+// warps words of shared memory; the caller syncs before lists is reused.
+__device__ __forceinline__ uint32_t block_bound(uint32_t v, int k, uint32_t* lists,
+                                                unsigned long long* stamps = nullptr) {
+  const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const uint32_t o = __shfl_xor_sync(0xffffffffu, v, stride);
+      const bool desc = (lane & size) == 0;  // all lanes at size 32
+      const bool lower = (lane & stride) == 0;
+      v = (lower == desc) ? max(v, o) : min(v, o);
+    }
+  }
+  lists[threadIdx.x] = v;
+  if (stamps && threadIdx.x == 0) stamps[0] = clock64();
+  __syncthreads();
+  if (stamps && threadIdx.x == 0) stamps[1] = clock64();
+  // lane j reads list j (every warp computes the same T)
+  const uint32_t* l = lists + 32 * min(lane, nw - 1);
+  const bool has = lane < nw;
+  const bool full = has && l[31] != 0;
+  const int nf = __popc(__ballot_sync(0xffffffffu, full));
+  const int q = nf > 0 ? (k + nf - 1) / nf : 33;
+  uint32_t a = 0, b = 0;
+  if (q <= 32) a = __reduce_min_sync(0xffffffffu, full ? l[q - 1] : 0xffffffffu);
+  if (k <= 32) b = __reduce_max_sync(0xffffffffu, has ? l[k - 1] : 0u);
+  if (stamps && threadIdx.x == 0) stamps[2] = clock64();
+  return max(a, b);
 }
 
 // Histogram of the digit below `depth` over the keys that match `prefix` in
@@ -644,25 +703,31 @@ __device__ void finish(const Src& src, uint64_t T, int keff, int order, const Ou
 }
 
 // Small candidate lists (n <= blockDim): rank every candidate by counting.
-// cand holds n distinct keys in index order; writes the top k.
+// cand holds n distinct keys in any order (the output does not depend on
+// it); writes the top k. "any" is written in rank order; "index" counts, for
+// each selected key, the selected keys of lower global index.
 __device__ void finish_small(const uint64_t* cand, int n, int k, int order, const OutRow& out,
                              int* rankbuf) {
   const int keff = min(k, n);
+  const int t = int(threadIdx.x);
   uint64_t x = 0;
   int r = 0x7fffffff;
-  if (int(threadIdx.x) < n) {
-    x = cand[threadIdx.x];
+  if (t < n) {
+    x = cand[t];
     r = 0;
+#pragma unroll 8
     for (int j = 0; j < n; ++j) r += cand[j] > x;
-    rankbuf[threadIdx.x] = r;
   }
-  __syncthreads();
-  if (int(threadIdx.x) < n && r < keff) {
-    if (order == stk::kOrderRank) {
-      out.put(r, x);
-    } else {
+  if (order != stk::kOrderIndex) {
+    if (r < keff) out.put(r, x);
+  } else {
+    rankbuf[t] = r;
+    __syncthreads();
+    if (r < keff) {
+      const uint32_t g = stk::key_index(x, out.tie);
       int pos = 0;
-      for (int j = 0; j < int(threadIdx.x); ++j) pos += rankbuf[j] < keff;
+#pragma unroll 4
+      for (int j = 0; j < n; ++j) pos += rankbuf[j] < keff && stk::key_index(cand[j], out.tie) < g;
       out.put(pos, x);
     }
   }

@@ -130,7 +130,8 @@ STK_HD RowGeometry row_geometry(int64_t width, int64_t start_raw, int64_t length
   rg.length = clamp64(length_raw, 0, w * scale);
   // valid j: j*scale + offset < L  <=>  j < ceil((L - offset) / scale)
   const int64_t lim = rg.length - offset;
-  const int64_t nj = lim <= 0 ? 0 : (lim + scale - 1) / scale;
+  // (scale 1, the common case, skips a 64-bit division: ~100s of GPU cycles)
+  const int64_t nj = lim <= 0 ? 0 : scale == 1 ? lim : (lim + scale - 1) / scale;
   rg.n_cols = nj < w ? nj : w;
   return rg;
 }
