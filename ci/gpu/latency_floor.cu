@@ -5,6 +5,8 @@
 //   empty      a launch that does nothing
 //   read-max   one block per row loads the row (16-byte loads), reduces the
 //              maximum through shared memory and writes k slots per row
+//   read-big   read-max with a ~230-byte parameter block and 256 B / 26 / 64 KB
+//              of dynamic shared memory
 // Build and run (on the GPU machine):
 //   nvcc -O3 -arch=sm_90a -o /tmp/latency_floor ci/gpu/latency_floor.cu && /tmp/latency_floor
 #include <cuda_runtime.h>
@@ -43,6 +45,33 @@ __global__ void __launch_bounds__(THREADS) read_max_kernel(const float* x, int w
   }
 }
 
+// the same with a large parameter block (TopkParams is ~230 bytes) and
+// dynamic shared memory (the one-block kernel asks for ~26 KB at 1344 columns)
+struct BigParams {
+  const float* x;
+  float* out;
+  long long pad[26];
+  int width, k;
+};
+template <int THREADS>
+__global__ void __launch_bounds__(1024) read_max_big(BigParams p) {
+  extern __shared__ float dyn[];
+  const float* row = p.x + size_t(blockIdx.x) * p.width;
+  float m = -INFINITY;
+  for (int i = threadIdx.x * 4; i < p.width; i += THREADS * 4) {
+    const float4 v = *reinterpret_cast<const float4*>(row + i);
+    m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+  }
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  if ((threadIdx.x & 31) == 0) dyn[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < p.k) {
+    float t = dyn[0];
+    for (int w = 1; w < THREADS / 32; ++w) t = fmaxf(t, dyn[w]);
+    p.out[size_t(blockIdx.x) * p.k + threadIdx.x] = t;
+  }
+}
+
 template <class F>
 static float per_call_us(F launch, int calls, int reps) {
   cudaStream_t s;
@@ -51,8 +80,13 @@ static float per_call_us(F launch, int calls, int reps) {
   cudaGraphExec_t ge;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
   for (int i = 0; i < calls; ++i) launch(i, s);
-  cudaStreamEndCapture(s, &g);
-  cudaGraphInstantiate(&ge, g, 0);
+  cudaError_t e = cudaStreamEndCapture(s, &g);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
+  if (e != cudaSuccess) {
+    printf("capture: %s\n", cudaGetErrorString(e));
+    cudaGetLastError();
+    return -1.f;
+  }
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
@@ -74,6 +108,7 @@ static float per_call_us(F launch, int calls, int reps) {
 }
 
 int main() {
+  setvbuf(stdout, nullptr, _IONBF, 0);
   const int calls = 200, reps = 30, k = 16;
   printf("%-10s %6s %6s %10s\n", "kernel", "rows", "width", "us/call");
   printf("%-10s %6s %6s %10.2f\n", "empty", "-", "-",
@@ -97,6 +132,22 @@ int main() {
     run(read_max_kernel<128>, 128, "read-max128");
     run(read_max_kernel<256>, 256, "read-max256");
     run(read_max_kernel<512>, 512, "read-max512");
+    for (int smem : {256, 26 << 10, 64 << 10}) {
+      CK(cudaFuncSetAttribute(read_max_big<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+      BigParams bp{};
+      bp.out = out;
+      bp.width = width;
+      bp.k = k;
+      const float us = per_call_us(
+          [&](int i, cudaStream_t s) {
+            BigParams q = bp;
+            q.x = x + (i % views) * view;
+            read_max_big<256><<<rows, 256, smem, s>>>(q);
+          },
+          calls, reps);
+      printf("%-10s %6d %6d %10.2f   (256 threads, %d-byte params, %d B dynamic smem)\n", "read-big", rows, width,
+             us, int(sizeof(BigParams)), smem);
+    }
     CK(cudaFree(x));
     CK(cudaFree(out));
   }

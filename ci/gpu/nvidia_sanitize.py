@@ -1,5 +1,5 @@
 """A small, representative nvidia-sm100 workload for compute-sanitizer:
-one-block rows (resident and streamed), small candidate finish, the split path
+one-block rows (resident, bounded and streamed), small candidate finish, the split path
 (gather and the overflow fallback), rank sort, merge. Checks results too.
 Forced paths (SPARSETOPK_NV_PATH): streamed rows with the one-read online
 gather and its overflow fallback, the sampled split path and its fallbacks,
@@ -79,6 +79,12 @@ long = torch.randn(4, 1 << 17, generator=g).to(dev)
 long[1, 1000:6000] = 100.0
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 chk(band[:, :65536].contiguous(), 4096, order="index")
+# one-block bounded path (few short rows, k <= 64): survivors of the bound ranked by counting, and the
+# radix fallback over the resident copy (all-equal rows: every column ties at the bound)
+few = torch.randn(8, 1344, generator=g).to(dev)
+chk(few, 16)
+chk(few, 64, order="index", lengths=torch.tensor([0, 3, 16, 17, 300, 1000, 1344, 5000], device=dev))
+chk(torch.zeros(2, 1344, device=dev), 16, order="index")
 # warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback, k=64 (two values per lane)
 path("warp")
 dec = torch.randn(64, 1344, generator=g).to(dev)

@@ -162,9 +162,9 @@ __device__ __forceinline__ int online_cap(const TopkParams& p) { return p.cand_c
 // a bound T on the threads' maxima with k of them at or above it
 // (block_bound) is a lower bound of the row's k-th score (k distinct columns
 // reach it), so the columns >= T hold the whole top k. When they fit one per
-// thread they are ranked by counting (finish_small): three barriers in all
+// thread they are ranked by counting (finish_small): two barriers in all
 // instead of the 2048-bin histogram passes (k = 16 decode rows of 1344
-// columns: ~40 survivors). Heavy ties at T (more survivors than threads)
+// columns: ~30-40 survivors). Heavy ties at T (more survivors than threads)
 // take the radix select over the resident copy, which is always written.
 constexpr int kBoundMaxK = 64;
 
@@ -188,9 +188,10 @@ __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p
   }
   asm volatile("" ::"r"(tmax));
   STK_CLOCK(2);
-  // 0 when no bound was found: then every column is kept
-  const uint32_t T = block_bound(tmax, p.k, L.hist,
-                                     p.stamps && blockIdx.x == 0 ? &g_cluster_stamps[24] : nullptr);
+  // 0 when no bound was found: then every column is kept. Threads hold
+  // columns up to the tile's end: full warps from the geometry alone.
+  const int nf = int(min((gsrc.end() - gsrc.first()) / (32 * kItems), int64_t(blockDim.x >> 5)));
+  const uint32_t T = block_bound(tmax, p.k, nf, L.hist);
   STK_CLOCK(3);
   // survivors appended in arrival order (finish_small's output does not
   // depend on it): one barrier instead of an ordered block scan

@@ -282,43 +282,47 @@ __device__ __forceinline__ int block_excl_scan(int v, BlockScratch& s, int* tota
 }
 
 // A lower bound T > 0 of the k-th largest of the block's per-thread values v
-// (0 = none): at least k values are >= T; 0 when no such bound is found.
-// Each warp sorts its 32 values (shuffle bitonic, descending) into lists; a
-// warp whose 32 lanes all hold a value is "full". With nf full warps and
-// q = ceil(k / nf), the smallest of their q-th largest values has nf q >= k
-// values at or above it; for k <= 32 so has any warp's k-th largest value.
-// T is the larger of the two. Looser than the exact k-th largest (a counting
-// search over the lists measured ~1500 cycles for 6 warps: dependent shared
-// loads), but it costs one barrier and three warp reductions. lists: 32 x
-// warps words of shared memory; the caller syncs before lists is reused.
-__device__ __forceinline__ uint32_t block_bound(uint32_t v, int k, uint32_t* lists,
-                                                unsigned long long* stamps = nullptr) {
-  const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+// (0 = none): at least k values are >= T; 0 when no bound is found. The
+// threads holding a value are a prefix of the block; `nf` warps are full
+// (all 32 lanes hold one). With q = ceil(k / nf), the smallest of the full
+// warps' q-th largest values has nf q >= k values at or above it (no full
+// warp: warp 0 alone, q = k). A warp's q-th largest is q rounds of a warp
+// maximum (q <= 8) or a shuffle sort. Looser than the exact k-th largest (a
+// counting search over sorted lists measured ~1500 cycles for 6 warps:
+// dependent shared loads), but one barrier and a few warp reductions.
+// One barrier. wb: 32 words of shared memory; the caller syncs before wb is
+// reused.
+__device__ __forceinline__ uint32_t block_bound(uint32_t v, int k, int nf, uint32_t* wb) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int ne = nf > 0 ? nf : 1;  // warps that bound
+  const int q = (k + ne - 1) / ne;  // q > 32: no bound (still one barrier, callers rely on it)
+  if (w < ne && q <= 32) {
+    uint32_t t = 0;
+    if (q <= 8) {
+      uint32_t x = v;
+      for (int i = 0; i < q; ++i) {
+        t = __reduce_max_sync(0xffffffffu, x);
+        const uint32_t who = __ballot_sync(0xffffffffu, x == t);
+        if (lane == __ffs(who) - 1) x = 0;  // one copy of the maximum leaves
+      }
+    } else {
 #pragma unroll
-  for (int size = 2; size <= 32; size <<= 1) {
+      for (int size = 2; size <= 32; size <<= 1) {
 #pragma unroll
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      const uint32_t o = __shfl_xor_sync(0xffffffffu, v, stride);
-      const bool desc = (lane & size) == 0;  // all lanes at size 32
-      const bool lower = (lane & stride) == 0;
-      v = (lower == desc) ? max(v, o) : min(v, o);
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+          const uint32_t o = __shfl_xor_sync(0xffffffffu, v, stride);
+          const bool desc = (lane & size) == 0;  // all lanes at size 32: descending
+          const bool lower = (lane & stride) == 0;
+          v = (lower == desc) ? max(v, o) : min(v, o);
+        }
+      }
+      t = __shfl_sync(0xffffffffu, v, q - 1);
     }
+    if (lane == 0) wb[w] = t;
   }
-  lists[threadIdx.x] = v;
-  if (stamps && threadIdx.x == 0) stamps[0] = clock64();
   __syncthreads();
-  if (stamps && threadIdx.x == 0) stamps[1] = clock64();
-  // lane j reads list j (every warp computes the same T)
-  const uint32_t* l = lists + 32 * min(lane, nw - 1);
-  const bool has = lane < nw;
-  const bool full = has && l[31] != 0;
-  const int nf = __popc(__ballot_sync(0xffffffffu, full));
-  const int q = nf > 0 ? (k + nf - 1) / nf : 33;
-  uint32_t a = 0, b = 0;
-  if (q <= 32) a = __reduce_min_sync(0xffffffffu, full ? l[q - 1] : 0xffffffffu);
-  if (k <= 32) b = __reduce_max_sync(0xffffffffu, has ? l[k - 1] : 0u);
-  if (stamps && threadIdx.x == 0) stamps[2] = clock64();
-  return max(a, b);
+  if (q > 32) return 0;
+  return __reduce_min_sync(0xffffffffu, lane < ne ? wb[lane] : 0xffffffffu);
 }
 
 // Histogram of the digit below `depth` over the keys that match `prefix` in

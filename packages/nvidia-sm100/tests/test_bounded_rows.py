@@ -120,3 +120,21 @@ def test_repeat_is_bit_identical():
     for _ in range(5):
         b = sparsetopk.topk(x, 16, backend=NV, return_values=True)
         assert torch.equal(a.indices, b.indices) and torch.equal(a.values, b.values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dirty_tail_never_matters(dtype):
+    # columns past each row's length (+inf / NaN here, which would win) are
+    # never selected
+    g = torch.Generator(device="cpu").manual_seed(5)
+    rows, width = 24, 1344
+    x = torch.randn(rows, width, generator=g)
+    lengths = torch.randint(-3, width + 50, (rows,), generator=g)
+    lengths[:4] = torch.tensor([17, 16, 1, 1337])
+    for r, n in enumerate(lengths.tolist()):
+        x[r, max(n, 0):] = float("inf") if r % 2 else float("nan")
+    x = x.to(dtype).cuda()
+    for k in (16, 64):
+        for order in ("rank", "index"):
+            _check(x, k, lengths=lengths.cuda(), order=order)
+            _check(x, k, lengths=lengths.cuda().to(torch.int32), order=order, tie_break="high")
