@@ -1,41 +1,27 @@
 """GPU checks of the one-block kernel's bounded path for short rows
-(`resident_bounded`, k <= 64, a row of at most blockDim x 8 columns): the
-k-th largest thread maximum bounds the row's k-th score, the columns above it
-are ranked by counting. Data here is built to defeat the bound (every large
-score in one thread's 8 columns, exact ties at the bound, all-equal rows, fewer
-threads holding a column than k) so that the radix fallback runs, plus every
-option at the tile edges. Against the reference backend; skips without CUDA."""
+(`resident_bounded`, k <= 64, a row of at most blockDim x 8 columns): a bound
+on the threads' maxima with k of them above it (block_bound) bounds the row's
+k-th score, the columns above it are ranked by counting. Data here is built to
+defeat the bound (every large score in one thread's 8 columns, exact ties at
+the bound, all-equal rows, fewer threads holding a column than k) so that the
+radix fallback runs, plus every option at the tile edges, and dirty columns
+past each row's length. Against the reference backend; skips without CUDA."""
 
 import pytest
 import torch
+from nv_small_k import NV, check_geometry, check_orders, special_rows
+from nv_small_k import check as _check
+from nv_small_k import plan as _plan
 
 import sparsetopk
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-NV = "nvidia-sm100"
 
 
 @pytest.fixture(autouse=True)
 def _block_path(monkeypatch):
     # one block per row for every row count (the extension reads this on every call)
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
-
-
-def _plan(rows, width, k):
-    from sparsetopk_nvidia_sm100 import _backend
-
-    return _backend._ext().plan(rows, width, k, torch.cuda.current_device())
-
-
-def _check(x, k, **kw):
-    a = sparsetopk.topk(x, k, backend=NV, return_values=True, **kw)
-    b = sparsetopk.topk(x, k, backend="reference", return_values=True, **kw)
-    if kw.get("order", "rank") == "any":
-        assert torch.equal(torch.sort(a.indices, 1)[0], torch.sort(b.indices, 1)[0])
-    else:
-        assert torch.equal(a.indices, b.indices)
-        assert torch.equal(a.values, b.values)
 
 
 def test_block_size_covers_the_row_in_one_tile():
@@ -67,22 +53,7 @@ def test_thread_skew_defeats_the_bound(k, dtype):
 @pytest.mark.parametrize("k", [1, 16, 32, 64])
 @pytest.mark.parametrize("width", [1344, 2000, 8184])
 def test_ties_and_specials(k, width):
-    dev = "cuda"
-    rows = 7
-    x = torch.zeros(rows, width, device=dev)  # all equal (also -0 vs +0 below)
-    x[1] = -0.0
-    x[1, ::7] = 0.0
-    x[2] = float("nan")
-    x[2, 100:110] = float("-inf")
-    x[3] = torch.randint(0, 3, (width,), device=dev).float()  # plateau ties at the bound
-    x[4] = float("inf")
-    x[4, 5] = float("nan")
-    x[5] = torch.arange(width, device=dev).float()  # sorted ascending
-    x[6] = torch.randn(width, device=dev) * 1e-3 + 1.0  # narrow band
-    for order in ("rank", "index", "any"):
-        for tie in ("low", "high"):
-            _check(x, k, order=order, tie_break=tie)
-            _check(x.flip(1).contiguous(), k, order=order, tie_break=tie)
+    check_orders(special_rows(width, band=True), k)
 
 
 @pytest.mark.parametrize("k", [3, 16, 64])
@@ -92,18 +63,8 @@ def test_lengths_starts_and_alignment(k):
     x = buf[:, 3:1347]  # misaligned view (alignment head), dirty tail, width 1344
     lengths = torch.tensor([-5, 0, 1, k - 1, k, k + 1, 8 * k - 1, 8 * k + 1, 100, 1023, 1343, 1344, 1345, 10**7],
                            device="cuda")
-    for kw in (
-        {"lengths": lengths},
-        {"lengths": lengths.to(torch.int32),
-         "starts": torch.tensor([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 1344], device="cuda")},
-        {"lengths": 1000, "index_scale": 3, "index_offset": 2},
-        {"lengths": lengths, "force_begin": 2, "force_end": 3},
-        {"force_begin": 70, "force_end": 5},
-    ):
-        for order in ("rank", "index"):
-            _check(x, k, order=order, **kw)
-            _check(x.to(torch.bfloat16), k, order=order, **kw)
-            _check(x.to(torch.float16), k, order=order, **kw)
+    starts = torch.tensor([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 1344], device="cuda")
+    check_geometry(x, k, lengths, starts, 1000, 70, (torch.float32, torch.bfloat16, torch.float16))
 
 
 def test_short_rows_fewer_threads_than_k():

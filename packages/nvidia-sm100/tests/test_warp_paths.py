@@ -6,12 +6,13 @@ boundaries. Skips without CUDA; the conformance suite covers the rest."""
 
 import pytest
 import torch
+from nv_small_k import NV, check_geometry, check_orders, special_rows
+from nv_small_k import check as _check
+from nv_small_k import plan as _plan
 
 import sparsetopk
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-NV = "nvidia-sm100"
 
 
 @pytest.fixture(autouse=True)
@@ -19,23 +20,6 @@ def _warp_path(monkeypatch):
     # the shape rule sends few rows to the one-block kernel; force the warp one
     # (the extension reads SPARSETOPK_NV_PATH on every call)
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "warp")
-
-
-def _plan(rows, width, k):
-    from sparsetopk_nvidia_sm100 import _backend
-
-    return _backend._ext().plan(rows, width, k, torch.cuda.current_device())
-
-
-def _check(x, k, **kw):
-    a = sparsetopk.topk(x, k, backend=NV, return_values=True, **kw)
-    b = sparsetopk.topk(x, k, backend="reference", return_values=True, **kw)
-    if kw.get("order", "rank") == "any":
-        ia, ib = torch.sort(a.indices, 1)[0], torch.sort(b.indices, 1)[0]
-        assert torch.equal(ia, ib)
-    else:
-        assert torch.equal(a.indices, b.indices)
-        assert torch.equal(a.values, b.values)
 
 
 def test_small_k_takes_the_warp_path(monkeypatch):
@@ -70,21 +54,7 @@ def test_lane_skew_forces_the_fallback(k, dtype):
 
 @pytest.mark.parametrize("k", [1, 16, 32, 64])
 def test_ties_and_specials(k):
-    dev = "cuda"
-    rows, width = 6, 3000
-    x = torch.zeros(rows, width, device=dev)  # all equal (also -0 vs +0 below)
-    x[1] = -0.0
-    x[1, ::7] = 0.0
-    x[2] = float("nan")
-    x[2, 100:110] = float("-inf")
-    x[3] = torch.randint(0, 3, (width,), device=dev).float()  # plateau ties at the threshold
-    x[4] = float("inf")
-    x[4, 5] = float("nan")
-    x[5] = torch.arange(width, device=dev).float()  # sorted ascending
-    for order in ("rank", "index", "any"):
-        for tie in ("low", "high"):
-            _check(x, k, order=order, tie_break=tie)
-            _check(x.flip(1).contiguous(), k, order=order, tie_break=tie)
+    check_orders(special_rows(3000), k)
 
 
 @pytest.mark.parametrize("k", [3, 16, 64])
@@ -93,17 +63,8 @@ def test_geometry_at_chunk_edges(k):
     buf = torch.randn(12, 5000, generator=g).cuda()
     x = buf[:, 3:4099]  # misaligned view, dirty tail, width 4096
     lengths = torch.tensor([-5, 0, 1, k - 1, k, k + 1, 1023, 1024, 1025, 2049, 4096, 10**7], device="cuda")
-    for kw in (
-        {"lengths": lengths},
-        {"lengths": lengths.to(torch.int32), "starts": torch.tensor([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 4096],
-                                                                      device="cuda")},
-        {"lengths": 3000, "index_scale": 3, "index_offset": 2},
-        {"lengths": lengths, "force_begin": 2, "force_end": 3},
-        {"force_begin": 1030, "force_end": 5},
-    ):
-        for order in ("rank", "index"):
-            _check(x, k, order=order, **kw)
-            _check(x.to(torch.bfloat16), k, order=order, **kw)
+    starts = torch.tensor([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 4096], device="cuda")
+    check_geometry(x, k, lengths, starts, 3000, 1030, (torch.float32, torch.bfloat16))
 
 
 def test_forcing_more_than_k():
