@@ -26,9 +26,11 @@
 
 __global__ void empty_kernel() {}
 
+// One block per row: the row's maximum (16-byte loads, a warp shuffle
+// reduction, then across warps through red: THREADS / 32 words of shared
+// memory), written to the row's k slots.
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) read_max_kernel(const float* x, int width, int k, float* out) {
-  __shared__ float red[THREADS / 32];
+__device__ __forceinline__ void read_max_row(const float* x, int width, int k, float* out, float* red) {
   const float* row = x + size_t(blockIdx.x) * width;
   float m = -INFINITY;
   for (int i = threadIdx.x * 4; i < width; i += THREADS * 4) {
@@ -45,6 +47,12 @@ __global__ void __launch_bounds__(THREADS) read_max_kernel(const float* x, int w
   }
 }
 
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) read_max_kernel(const float* x, int width, int k, float* out) {
+  __shared__ float red[THREADS / 32];
+  read_max_row<THREADS>(x, width, k, out, red);
+}
+
 // the same with a large parameter block (TopkParams is ~230 bytes) and
 // dynamic shared memory (the one-block kernel asks for ~26 KB at 1344 columns)
 struct BigParams {
@@ -56,20 +64,7 @@ struct BigParams {
 template <int THREADS>
 __global__ void __launch_bounds__(1024) read_max_big(BigParams p) {
   extern __shared__ float dyn[];
-  const float* row = p.x + size_t(blockIdx.x) * p.width;
-  float m = -INFINITY;
-  for (int i = threadIdx.x * 4; i < p.width; i += THREADS * 4) {
-    const float4 v = *reinterpret_cast<const float4*>(row + i);
-    m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-  }
-  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-  if ((threadIdx.x & 31) == 0) dyn[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x < p.k) {
-    float t = dyn[0];
-    for (int w = 1; w < THREADS / 32; ++w) t = fmaxf(t, dyn[w]);
-    p.out[size_t(blockIdx.x) * p.k + threadIdx.x] = t;
-  }
+  read_max_row<THREADS>(p.x, p.width, p.k, p.out, dyn);
 }
 
 template <class F>
