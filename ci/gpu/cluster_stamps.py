@@ -25,12 +25,15 @@ for rows, n, order in [(4, 40960, "any"), (4, 153600, "any"), (16, 1 << 20, "any
     for _ in range(3):
         sparsetopk.topk(xs, 2048, lengths=lengths, order=order, backend="nvidia-sm100")
     torch.cuda.synchronize()
-    t = C.cluster_stamps()
+    t = [int(v) for v in C.cluster_stamps()]
     t0 = t[0]
     marks = [(i, t[i]) for i in range(1, 7) if t[i] >= t0 and t[i] - t0 < 10**7]
     prev, parts = t0, []
     for i, v in marks:
         parts.append(f"{NAMES[i - 1]} {(v - prev) / 1000:.1f}")
         prev = v
+    # clock64 marks of the last cluster_find: stores issued, barrier, local sums, find
+    cf = [t[17] - t[16], t[18] - t[17], t[19] - t[18], t[20] - t[19]]
     print(f"{rows}x{n} {order} C={plan['cluster']}: total {(prev - t0) / 1000:.1f} us | " + ", ".join(parts)
-          + f" | passes {t[31]}", flush=True)
+          + f" | passes {t[31]} | last pass cycles: stores {cf[0]}, barrier {cf[1]}, sums {cf[2]}, find {cf[3]}",
+          flush=True)

@@ -1053,13 +1053,14 @@ Plan plan_topk(TopkParams& p, int dev) {
     // SMs idle the sampled split is faster (16 x 1M: 72 vs 96 us, C = 4).
     const bool pick = opt.cluster == 1 || p.rows < 8 || (C >= 2 && p.rows * C * 100 >= 85 * int64_t(d.sms));
     if (opt.cluster_n > 0) C = opt.cluster_n;
-    const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap))) / 16 * 16;
+    const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap, C))) / 16 * 16;
     if (pick && C <= d.max_cluster && region >= 8 * 8 * 1024) {
-      p.res_cap = region / 4 / 8 * 8;   // resident columns per block
-      p.cand_cap = int(std::min<int64_t>(region / 8, INT32_MAX));  // candidates per block
+      // (below 2^16 each: cluster_find moves a block's bin counts as 16 bits)
+      p.res_cap = std::min<int64_t>(region / 4 / 8 * 8, 65528);  // resident columns per block
+      p.cand_cap = int(std::min<int64_t>(region / 8, 65535));    // candidates per block
       plan.cluster = C;
       plan.block = 512;
-      plan.smem = int(cluster_fixed_smem(p.out_cap) + region);
+      plan.smem = int(cluster_fixed_smem(p.out_cap, C) + region);
       return plan;
     }
   }
