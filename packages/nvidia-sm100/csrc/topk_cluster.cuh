@@ -1,10 +1,10 @@
 // Few long rows in one kernel: a row is spread over a thread-block cluster
 // (C = 1..16 blocks; block q owns the q-th chunk of the row's own valid
 // length). The radix select on the 64-bit key runs on all chunks at once:
-// every block histograms its part, the histograms are summed through
-// distributed shared memory (cluster_find: block q sums the q-th part of the
-// bins over all blocks; every block then finds the part, and the bin, that
-// holds the k-th key), and passes go on until the k-th key Tk is pinned.
+// every block histograms its part (8-bit digits), copies the histogram into
+// every block's shared memory (cluster_find: DSMEM stores, one cluster
+// barrier per pass), sums the copies and finds the bin that holds the k-th
+// key, and passes go on until the k-th key Tk is pinned.
 // Blocks then write their keys >= Tk at offsets from the lower ranks' counts
 // (index / any: index order), or gather them into block 0, which sorts them
 // (rank).
