@@ -121,42 +121,32 @@ __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits
   const int nb = 1 << dbits;
   cluster_clock(stamps, 0);
   __syncthreads();  // this block's h is complete
-  if (Narrow) {
-    uint16_t* rows = reinterpret_cast<uint16_t*>(recv) + par * C * nb;
-    const int nv = nb >> 3;  // 16-byte vectors of 8 counts
-    for (int j = threadIdx.x; j < nv * C; j += blockDim.x) {
-      const int d = j / nv, i = (j - d * nv) * 8;
-      const uint4 a = *reinterpret_cast<const uint4*>(h + i), b = *reinterpret_cast<const uint4*>(h + i + 4);
-      const uint4 v = make_uint4(a.x | a.y << 16, a.z | a.w << 16, b.x | b.y << 16, b.z | b.w << 16);
-      *reinterpret_cast<uint4*>(cl.map_shared_rank(rows + q * nb + i, d)) = v;
+  // row r of recv[par]: C x nb counts, 16 or 32 bits each
+  uint16_t* const rows16 = reinterpret_cast<uint16_t*>(recv) + par * C * nb;
+  uint32_t* const rows32 = recv + par * C * nb;
+  const int per_vec = Narrow ? 8 : 4;  // counts per 16-byte store
+  const int nv = nb / per_vec;
+  for (int j = threadIdx.x; j < nv * C; j += blockDim.x) {
+    const int d = j / nv, i = (j - d * nv) * per_vec;
+    const uint4 a = *reinterpret_cast<const uint4*>(h + i);
+    uint4 v = a;
+    void* dst = rows32 + q * nb + i;
+    if (Narrow) {
+      const uint4 b = *reinterpret_cast<const uint4*>(h + i + 4);
+      v = make_uint4(a.x | a.y << 16, a.z | a.w << 16, b.x | b.y << 16, b.z | b.w << 16);
+      dst = rows16 + q * nb + i;
     }
-    cluster_clock(stamps, 1);
-    cl.sync();  // every block's histogram is in every block's recv[par]
-    cluster_clock(stamps, 2);
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-      uint32_t a = 0;
+    *reinterpret_cast<uint4*>(cl.map_shared_rank(dst, d)) = v;
+  }
+  cluster_clock(stamps, 1);
+  cl.sync();  // every block's histogram is in every block's recv[par]
+  cluster_clock(stamps, 2);
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) {
+    uint32_t a = 0;
 #pragma unroll
-      for (int r = 0; r < 16; ++r)
-        if (r < C) a += rows[r * nb + i];
-      h[i] = a;
-    }
-  } else {
-    uint32_t* rows = recv + par * C * nb;
-    const int nv = nb >> 2;  // 16-byte vectors of 4 counts
-    for (int j = threadIdx.x; j < nv * C; j += blockDim.x) {
-      const int d = j / nv, i = (j - d * nv) * 4;
-      *reinterpret_cast<uint4*>(cl.map_shared_rank(rows + q * nb + i, d)) = *reinterpret_cast<const uint4*>(h + i);
-    }
-    cluster_clock(stamps, 1);
-    cl.sync();
-    cluster_clock(stamps, 2);
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-      uint32_t a = 0;
-#pragma unroll
-      for (int r = 0; r < 16; ++r)
-        if (r < C) a += rows[r * nb + i];
-      h[i] = a;
-    }
+    for (int r = 0; r < 16; ++r)
+      if (r < C) a += Narrow ? uint32_t(rows16[r * nb + i]) : rows32[r * nb + i];
+    h[i] = a;
   }
   __syncthreads();
   cluster_clock(stamps, 3);
