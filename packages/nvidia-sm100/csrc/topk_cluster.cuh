@@ -72,26 +72,6 @@ __device__ __forceinline__ void cluster_clock(bool on, int i) {
   if (on && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) g_cluster_stamps[16 + i] = clock64();
 }
 
-// Histogram of the digit below `depth` over src's keys that match `prefix`,
-// added into h (which must be zero). No barrier: the cluster barrier that
-// follows (cluster_find) orders the counts.
-template <class Src>
-__device__ void hist_add(const Src& src, uint32_t* h, uint64_t prefix, int depth, int dbits) {
-  const int shift = 64 - depth - dbits;
-  const uint32_t nb = (1u << dbits) - 1u;
-  const int64_t step = int64_t(blockDim.x) * kItems;
-#pragma unroll 2
-  for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
-    uint64_t key[kItems];
-    const uint32_t m = src.load(gs, key);
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const bool match = depth == 0 || ((key[i] ^ prefix) >> (64 - depth)) == 0;
-      if (((m >> i) & 1u) && match) atomicAdd(&h[uint32_t(key[i] >> shift) & nb], 1u);
-    }
-  }
-}
-
 // Whether every block's count in one bin fits 16 bits: true for the shared-
 // memory sources (the plan keeps res_cap and cand_cap below 2^16), false for
 // a chunk in global memory (the fallback select).
@@ -111,7 +91,7 @@ template <typename T> struct NarrowCounts<GlobalSrc<T>> { static constexpr bool 
 // recv[par] is rewritten two passes later, after every block passed the
 // next pass's barrier, i.e. after its readers are done: par alternates by
 // pass (callers with a cluster barrier between them may restart at 0).
-// h is zero again on return (for the next hist_add; the caller's barrier
+// h is zero again on return (for the next unfenced hist_pass; the caller's barrier
 // orders it).
 template <bool Narrow>
 __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits, int kk, uint32_t* recv, int par,
@@ -200,7 +180,7 @@ __device__ uint64_t cluster_select(const cg::cluster_group& cl, const Src& src, 
   SelState st{0ull, 0, kk};
   while (true) {
     const int dbits = kCBits;
-    if (!hist0_ready) hist_add(src, h, st.prefix, st.depth, dbits);
+    if (!hist0_ready) hist_pass<false>(src, h, st.prefix, st.depth, dbits);  // no barrier: cluster_find has them
     hist0_ready = false;
     cluster_find<NarrowCounts<Src>::value>(cl, h, dbits, st.kk, recv, (st.depth / kCBits) & 1, s, passes != nullptr);  // identical in every block
     const int b = s.bin, above = s.above, E = s.count;

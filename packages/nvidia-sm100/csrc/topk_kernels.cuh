@@ -326,13 +326,17 @@ __device__ __forceinline__ uint32_t block_bound(uint32_t v, int k, int nf, uint3
 }
 
 // Histogram of the digit below `depth` over the keys that match `prefix` in
-// their top `depth` bits.
-template <class Src>
+// their top `depth` bits. Fenced: hist is cleared first, with a block barrier
+// before and after the counting; unfenced, the counts are added into hist
+// (which must be zero) and the caller orders them (the cluster select).
+template <bool Fenced = true, class Src>
 __device__ void hist_pass(const Src& src, uint32_t* hist, uint64_t prefix, int depth, int dbits) {
   const int nbins = 1 << dbits;
   const int shift = 64 - depth - dbits;
-  for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
-  __syncthreads();
+  if (Fenced) {
+    for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+  }
   const int64_t step = int64_t(blockDim.x) * kItems;
 #pragma unroll 2
   for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
@@ -344,7 +348,7 @@ __device__ void hist_pass(const Src& src, uint32_t* hist, uint64_t prefix, int d
       if (((m >> i) & 1u) && match) atomicAdd(&hist[uint32_t(key[i] >> shift) & (nbins - 1)], 1u);
     }
   }
-  __syncthreads();
+  if (Fenced) __syncthreads();
 }
 
 // Find the bin holding the kk-th largest counted key. Returns via scratch:
