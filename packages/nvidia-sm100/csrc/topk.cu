@@ -798,7 +798,7 @@ struct DevInfo {
   int sms = 0;
   int smem_optin = 0;
   int max_cluster = 8;  // largest cluster size with active[] > 0
-  int active[5] = {0, 0, 0, 0, 0};  // clusters of 1, 2, 4, 8, 16 blocks resident at once (full smem)
+  int active[17] = {};  // active[C]: clusters of C blocks resident at once (full smem), C = 1..16
   bool init = false;
 };
 
@@ -874,10 +874,11 @@ static const DevInfo& dev_info(int dev) {
     allow_cluster(topk_cluster_kernel<float>, lim);
     allow_cluster(topk_cluster_kernel<bf16_tag>, lim);
     allow_cluster(topk_cluster_kernel<f16_tag>, lim);
-    for (int i = 0; i < 5; ++i) d.active[i] = max_active_clusters(topk_cluster_kernel<float>, 1 << i, lim);
-    d.max_cluster = 1;  // the largest launchable size (16 is non-portable)
-    for (int i = 1; i < 5; ++i)
-      if (d.active[i] > 0) d.max_cluster = 1 << i;
+    d.max_cluster = 1;  // the largest launchable size (above 8 is non-portable)
+    for (int c = 1; c <= 16; ++c) {
+      d.active[c] = max_active_clusters(topk_cluster_kernel<float>, c, lim);
+      if (d.active[c] > 0) d.max_cluster = c;
+    }
     d.init = true;
   }
   return d;
@@ -943,7 +944,7 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   legacy-merge  block merges use the bitonic-sort merge_kernel (not the
 //                 bucket merge); the warp merge is unaffected
 //   cluster       every row goes to the cluster kernel where it fits
-//   cluster=N     ... with N blocks per cluster (1, 2, 4, 8, 16)
+//   cluster=N     ... with N blocks per cluster (1..16)
 //   no-cluster    split rows take the multi-kernel split path
 //   stamps        the cluster kernel records phase times (_C.cluster_stamps())
 //   bulk          the cluster kernel's streamed gather uses TMA bulk copies
@@ -993,7 +994,9 @@ static PathOpts path_opts() {
     else if (t == "bulk") o.bulk = true;
     else if (t == "block-gather") o.warp_gather = false;
     else if (t == "legacy-gather") o.legacy_gather = true;
-    else if (t == "cluster=1" || t == "cluster=2" || t == "cluster=4" || t == "cluster=8" || t == "cluster=16") {
+    else if (t.rfind("cluster=", 0) == 0 && t.size() > 8 && t.size() <= 10 &&
+             t.find_first_not_of("0123456789", 8) == std::string::npos && std::atoi(t.c_str() + 8) >= 1 &&
+             std::atoi(t.c_str() + 8) <= 16) {
       o.cluster = 1;
       o.cluster_n = std::atoi(t.c_str() + 8);
     }
@@ -1042,16 +1045,20 @@ Plan plan_topk(TopkParams& p, int dev) {
   // ("split" / "legacy-split" force the multi-kernel split path instead)
   if (((split && opt.cluster != 0 && opt.split != 1 && !opt.legacy_split) || opt.cluster == 1) && p.rows <= 65535) {
     // the largest cluster whose rows all fit on the GPU at once (GPC
-    // boundaries: e.g. 16 rows x 8 blocks may not, and then run in two waves)
+    // boundaries: e.g. 16 rows x 8 blocks may not, and then run in two
+    // waves; sizes need not be powers of two)
     int C = 1;
-    for (int i = 1; i < 5 && (1 << i) <= d.max_cluster; ++i)
-      if (p.rows <= d.active[i]) C = 1 << i;
-    // Automatic choice: few rows (latency-bound; rows that fit stay resident:
-    // 4 x 40K 14.8 vs 25.6 us, 4 x 150K 21.9 vs 28.4), or clusters that cover
-    // the GPU (64 x 1M: 170 vs 194 us). Streamed rows gather at ~16 GB/s per
-    // SM in this kernel (one block per SM), so when the clusters would leave
-    // SMs idle the sampled split is faster (16 x 1M: 72 vs 96 us, C = 4).
-    const bool pick = opt.cluster == 1 || p.rows < 8 || (C >= 2 && p.rows * C * 100 >= 85 * int64_t(d.sms));
+    for (int c = 2; c <= d.max_cluster; ++c)
+      if (p.rows <= d.active[c]) C = c;
+    // Automatic choice: wherever a cluster of 2+ blocks per row fits all rows
+    // at once (or rows < 8). Measured on the H200 (graph replay, fp32 N(0,1),
+    // k = 2048, any; cluster vs the sampled split, seventh session):
+    // 4 x 40K 12.3 vs 29.0 us, 8 x 64K 16.1 vs 46.5, 8 x 1M 45.7 vs 53.1
+    // (C = 9), 16 x 1M 55.5 vs 70.7 (C = 6), 32 x 1M 87.6 vs 112 (C = 3),
+    // 48 x 1M 115 vs 128, 64 x 1M 117 vs 175 (C = 2). (Before the per-warp
+    // gather's unchecked interior loads and sizes other than powers of two,
+    // 16 x 1M lost at C = 4: 96 vs 72 us.) C = 1 (rows > ~66) keeps the split.
+    const bool pick = opt.cluster == 1 || p.rows < 8 || C >= 2;
     if (opt.cluster_n > 0) C = opt.cluster_n;
     const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap, C))) / 16 * 16;
     if (pick && C <= d.max_cluster && region >= 8 * 8 * 1024) {

@@ -82,8 +82,9 @@ template <typename T> struct NarrowCounts<GlobalSrc<T>> { static constexpr bool 
 // h, bins [0, 2^dbits)) that holds the kk-th largest counted key, into s.bin
 // / s.above / s.count in every block. One cluster barrier: every block
 // stores its h (16 bytes per store; 16-bit counts when Narrow) into row q of
-// every block's recv[par] (C rows), and after the barrier sums the rows
-// locally; warp 0 then finds the bin. DSMEM is only written: a remote load is
+// every block's recv[par] (C rows); after the barrier one thread per bin
+// sums its C counts locally and a block scan finds the bin (before: sums,
+// a barrier, then a one-warp search, ~1060 cycles at C = 16). DSMEM is only written: a remote load is
 // a dependent round trip (~1000-1500 cycles on the H200), a store is drained
 // by the barrier, whose time grows with the bytes (C = 16, 256 bins: ~1700
 // cycles with 32-bit counts). (Measured before: owner-partitioned sums, two
@@ -121,48 +122,33 @@ __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits
   cluster_clock(stamps, 1);
   cl.sync();  // every block's histogram is in every block's recv[par]
   cluster_clock(stamps, 2);
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) {
-    uint32_t a = 0;
+  // thread t sums bin nb - 1 - t over the C rows (top bins first), clears it
+  // in h (copied out before the barrier), and a block scan in that order
+  // finds the bin where the count from the top reaches kk. (nb <= blockDim:
+  // 256 bins, 512 threads.)
+  const int t = int(threadIdx.x);
+  const int bin = nb - 1 - t;
+  int a = 0;
+  if (t < nb) {
 #pragma unroll
     for (int r = 0; r < 16; ++r)
-      if (r < C) a += Narrow ? uint32_t(rows16[r * nb + i]) : rows32[r * nb + i];
-    h[i] = a;
+      if (r < C) a += Narrow ? int(rows16[r * nb + bin]) : int(rows32[r * nb + bin]);
+    h[bin] = 0;
   }
+  const int inc = warp_incl_scan(a);
+  if ((t & 31) == 31) s.warp[t >> 5] = inc;
   __syncthreads();
   cluster_clock(stamps, 3);
-  if (threadIdx.x < 32) {
-    const int lane = int(threadIdx.x);
-    const int per = nb >> 5;  // bins per lane (8 at 8-bit digits; <= 64), lane 0 the top ones
-    const int nq = per >> 2;  // 16-byte loads per lane; started at lane-rotated
-    const uint4* hv = reinterpret_cast<const uint4*>(h + nb - (lane + 1) * per);  // offsets: no bank conflict
-    int sum = 0;
-#pragma unroll 4
-    for (int j = 0; j < nq; ++j) {
-      const uint4 v = hv[(j + lane) & (nq - 1)];
-      sum += int(v.x + v.y + v.z + v.w);
-    }
-    const int inc = warp_incl_scan(sum);
-    const int acc = inc - sum;  // keys in higher bins than this lane's
-    const unsigned hit = __ballot_sync(0xffffffffu, acc < kk && kk <= inc);  // one lane: kk <= the count
-    const int L = __ffs(hit) - 1;
-    const int acc0 = __shfl_sync(0xffffffffu, acc, L);
-    // lane L's bins again, m = max(1, per / 32) per lane (lane 0 the top ones)
-    const int m = per >= 32 ? per >> 5 : 1;
-    const bool act = lane * m < per;
-    const int b1 = nb - L * per - lane * m - 1;  // this lane's higher bin
-    const int c1 = act ? int(h[b1]) : 0;
-    const int c0 = act && m == 2 ? int(h[b1 - 1]) : 0;
-    const int inc2 = warp_incl_scan(c1 + c0);
-    const int a2 = acc0 + inc2 - (c1 + c0);
-    if (a2 < kk && kk <= a2 + c1 + c0) {
-      const bool top = a2 + c1 >= kk;
-      s.bin = top ? b1 : b1 - 1;
-      s.above = top ? a2 : a2 + c1;
-      s.count = top ? c1 : c0;
+  if (t < nb) {
+    int acc = inc - a;  // keys in higher bins
+    for (int w = 0; w < (t >> 5); ++w) acc += s.warp[w];
+    if (acc < kk && kk <= acc + a) {  // exactly one thread
+      s.bin = bin;
+      s.above = acc;
+      s.count = a;
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) h[i] = 0;
   cluster_clock(stamps, 4);
 }
 
@@ -381,6 +367,14 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
 // apart instead of waiting for the slowest load of every step. Returns the
 // count, or cap + 1 when a warp's region (or the lower half) would overflow:
 // the caller then runs the block-synchronous gather (skewed rows).
+// Steps wholly inside the chunk load without per-vector checks (one
+// uniform branch per step instead of a checked, divergent path per vector:
+// gather phase 98.7 -> 83.3 us at 64 x 1M on the H200; a pure read of the
+// same pattern takes 74, ci/gpu/stream_probe.cu).
+// (Measured, not kept, at 64 x 1M: a cp.async ring of 8 or 16 one-vector
+// stages per warp instead of the registers, 145 / 148 vs 130 us; each warp
+// starting at a different step of its span, which lifts the pure read from
+// 3.6 to 4.0 TB/s, 133 vs 130 us.)
 template <typename T>
 __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
@@ -397,7 +391,19 @@ __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch&
   auto put = [&](int pos, uint64_t key) { reg[pos] = key; };
   uint4 nxt[V];
   uint32_t nm[V];
+  // steps whose vectors all lie inside the chunk and the span (all but the
+  // first and last, warp-uniform) load without per-vector checks
+  const int64_t wlo = (src.j0 - f + NV - 1) / NV, whi = min(v1, (src.j1 - f) / NV);
+  const uint4* const vbase = reinterpret_cast<const uint4*>(src.base + f) + lane;
   auto load_step = [&](int64_t vb) {
+    if (src.vec && vb >= wlo && vb + 32 * V <= whi) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        nxt[v] = __ldg(vbase + vb + v * 32);
+        nm[v] = (1u << NV) - 1u;
+      }
+      return;
+    }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t vi = vb + v * 32 + lane;

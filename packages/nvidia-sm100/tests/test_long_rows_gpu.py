@@ -12,9 +12,10 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
   blocky and band rows);
 - the legacy split path ("split,legacy-split"), and the automatic choice;
 - the cluster kernel ("cluster", "cluster=N": one thread-block cluster of N
-  blocks per row): resident rows, streamed rows (N = 1 or 2 with rows longer
-  than N x ~46K columns: sample, one-read gather, select on the candidates),
-  and the exact fallback when candidates overflow (band, const, blocky).
+  blocks per row, N = 1..16, not only powers of two): resident rows,
+  streamed rows (rows longer than N x ~46K columns: sample, one-read gather,
+  select on the candidates), and the exact fallback when candidates overflow
+  (band, const, blocky).
 
 Skipped without a usable CUDA device.
 """
@@ -46,7 +47,7 @@ def _usable():
 pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
-         "cluster=1", "cluster=16", "split,legacy-gather"]
+         "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -168,7 +169,7 @@ def test_paths_options(path, dtype):
         _check(x, k, lengths=45000, order="any")
 
 
-@pytest.mark.parametrize("path", ["auto", "split", "split,legacy-split", "no-cluster", "cluster=2", "cluster=8"],
+@pytest.mark.parametrize("path", ["auto", "split", "split,legacy-split", "no-cluster", "cluster=2", "cluster=7", "cluster=8"],
                          indirect=True)
 def test_split_shapes(path):
     """The shapes of the issue's long-row cells (smaller row counts), 1M-column
@@ -202,7 +203,7 @@ def test_prefill_like_stream(path):
     _check(xb, 2048, order="index")
 
 
-@pytest.mark.parametrize("path", ["auto", "no-cluster", "cluster=2"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "no-cluster", "cluster=2", "cluster=7"], indirect=True)
 def test_cuda_graph_long_rows(path):
     """The long-row path (cluster kernel by default, else the sampled split)
     captured in a CUDA graph and replayed on new data."""
@@ -245,8 +246,7 @@ def test_plan_reports_paths(monkeypatch):
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["cluster"] >= 8 and not p["split"] and not p["online"]  # few long rows: cluster; online is opt-in
     assert C.plan(64, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover the GPU
-    p = C.plan(16, 1 << 20, 2048, 0)  # they would not (GPC limits): sampled split
-    assert p["sampled"] and not p["cluster"]
+    assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # ... most of it (the largest size that fits: 6 on an H200)
     p = C.plan(4096, 131072, 2048, 0)
     assert not p["split"] and not p["cluster"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "no-cluster")
@@ -255,6 +255,12 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(16, 1 << 20, 2048, 0)["sampled"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "cluster=2")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 2
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "cluster=7")
+    assert C.plan(3, 5000, 16, 0)["cluster"] == 7
+    for bad in ("cluster=0", "cluster=17", "cluster=x"):
+        monkeypatch.setenv("SPARSETOPK_NV_PATH", bad)
+        with pytest.raises(ValueError):
+            C.plan(3, 5000, 16, 0)
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "online")
     assert C.plan(4096, 131072, 2048, 0)["online"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
@@ -268,10 +274,12 @@ def test_plan_reports_paths(monkeypatch):
         C.plan(4, 1 << 20, 2048, 0)
 
 
-@pytest.mark.parametrize("path", ["cluster=1,bulk", "cluster=2,bulk", "cluster=16,bulk"], indirect=True)
+@pytest.mark.parametrize("path", ["cluster=1,bulk", "cluster=2,bulk", "cluster=16,bulk", "cluster=2", "cluster=5",
+                                  "cluster=16"], indirect=True)
 @pytest.mark.parametrize("kind", ["normal", "sorted", "band", "const", "specials", "blocky"])
-def test_bulk_gather(path, kind):
-    """Streamed rows through the cluster kernel's TMA bulk-copy gather:
+def test_streamed_gathers(path, kind):
+    """Streamed rows through the cluster kernel's TMA bulk-copy gather and its
+    per-warp gather (rotated spans; skewed rows overflow a warp's region):
     misaligned row starts (head and tail outside the aligned interior), every
     dtype, per-row lengths cutting the last stage short, candidates overflowing
     (band, const, blocky: the exact fallback)."""
