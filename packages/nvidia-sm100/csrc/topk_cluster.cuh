@@ -32,6 +32,8 @@
 
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "bulk_copy.cuh"
 
 namespace stk_nv {
@@ -152,23 +154,81 @@ __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits
   cluster_clock(stamps, 4);
 }
 
+// Key bits that every key of a row shares once the bits above them are
+// pinned, so a pass over them would put every remaining key into one bin and
+// cost a cluster barrier for nothing:
+//  - score_lo low bits of the ordered score: a bf16 score widens to float32
+//    with 16 zero low bits, an fp16 one with 13 (canonical NaN, +-0 and
+//    forced +inf too), so ordering makes them all zeros (non-negative score,
+//    ordered sign bit 1) or all ones (negative) once the sign is pinned;
+//  - tie_hi top bits of the tie word: every global index of the row lies in
+//    [g(0), g(n - 1)] (g = j scale + offset is linear in j), so the bits
+//    above the first one where the two ends differ are common (tie_val).
+// (bf16 N(0,1) rows usually have exact ties at the k-th key, so their select
+// runs through the tie word: at 40K columns 8 passes, 4 of them over bits
+// that are shared.)
+struct KeySkip {
+  int score_lo;
+  int tie_hi;
+  uint32_t tie_val;
+};
+
+template <typename T>
+__device__ __forceinline__ KeySkip key_skip(const RowCtx& c) {
+  KeySkip ks{0, 0, 0u};
+  ks.score_lo = std::is_same<T, bf16_tag>::value ? 16 : (std::is_same<T, f16_tag>::value ? 13 : 0);
+  // (built inside each select from the row's context: held across the
+  // gather, it spilled the 16-bit kernels)
+  if (c.n >= 1) {
+    const int64_t a = c.offset, b = (c.n - 1) * c.scale + c.offset;
+    const int64_t lo = min(a, b), hi = max(a, b);
+    if (lo >= 0 && hi <= int64_t(0xffffffffll)) {
+      ks.tie_hi = __clz(uint32_t(lo) ^ uint32_t(hi));  // 32 when lo == hi (0 passes needed then anyway)
+      ks.tie_val = stk::tie_word(uint32_t(lo), c.tie);
+    }
+  }
+  return ks;
+}
+
+// Pins the shared bits at st.depth (if any), moving depth past them on digit
+// boundaries; kk and the bin's count are unchanged, as a pass would leave them.
+__device__ __forceinline__ void skip_shared_bits(const KeySkip& ks, SelState& st) {
+  if (st.depth >= 1 && st.depth < 32 && st.depth >= 32 - ks.score_lo) {
+    if (!(st.prefix >> 63)) st.prefix |= ((1ull << (32 - st.depth)) - 1) << 32;  // negative: ones
+    st.depth = 32;
+  }
+  const int top = 32 + ks.tie_hi / kCBits * kCBits;
+  if (st.depth >= 32 && st.depth < top) {
+    const int from = st.depth - 32, to = top - 32;  // tie-word bits [from, to) counted from its MSB
+    const uint32_t mask = (0xffffffffu >> from) & (to >= 32 ? 0xffffffffu : ~(0xffffffffu >> to));
+    st.prefix |= uint64_t(ks.tie_val & mask);
+    st.depth = top;
+  }
+}
+
 // The kk-th largest key over every block's src (their union must hold at
 // least kk valid keys). hist0_ready: the first pass's histogram (depth 0) is
 // already in h; otherwise h must be zero (it is zero again on return). recv:
 // cluster_find's 2 x C x kCBins words. slack > 0 stops early,
 // once the bin holding the kk-th key has at most slack keys, and returns that
 // bin's lower edge (a key <= the kk-th, with at most kk - 1 + slack keys
-// above it): for estimates.
-template <class Src>
+// above it): for estimates. T and c: the row's dtype and context, for the
+// bits no pass needs to look at (KeySkip).
+template <typename T, class Src>
 __device__ uint64_t cluster_select(const cg::cluster_group& cl, const Src& src, int kk, uint32_t* h, uint32_t* recv,
-                                   BlockScratch& s, bool hist0_ready, int slack = 0,
+                                   BlockScratch& s, bool hist0_ready, const RowCtx& c, int slack = 0,
                                    unsigned long long* passes = nullptr) {
+  const KeySkip ks = key_skip<T>(c);
   SelState st{0ull, 0, kk};
-  while (true) {
+  for (int pass = 0;; ++pass) {
     const int dbits = kCBits;
+    skip_shared_bits(ks, st);
+    if (st.depth >= 64) return st.prefix;  // (unreachable: one key left means E == kk)
     if (!hist0_ready) hist_pass<false>(src, h, st.prefix, st.depth, dbits);  // no barrier: cluster_find has them
     hist0_ready = false;
-    cluster_find<NarrowCounts<Src>::value>(cl, h, dbits, st.kk, recv, (st.depth / kCBits) & 1, s, passes != nullptr);  // identical in every block
+    // (recv parity by pass, not depth: skipped bits must not give two
+    // consecutive passes the same buffer)
+    cluster_find<NarrowCounts<Src>::value>(cl, h, dbits, st.kk, recv, pass & 1, s, passes != nullptr);  // identical in every block
     const int b = s.bin, above = s.above, E = s.count;
     __syncthreads();  // s is rewritten by block scans after a return; h's clearing is complete
     st.kk -= above;
@@ -597,7 +657,7 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
     STK_STAMP(1);
     const ResSrc rs{res, hi - lo, c, lo};
     // n <= k (uniform): every valid key, Tk = 1
-    const uint64_t Tk = n > p.k ? cluster_select(cl, rs, p.k, L.h, L.recv, s, true, 0, npass) : 1ull;
+    const uint64_t Tk = n > p.k ? cluster_select<T>(cl, rs, p.k, L.h, L.recv, s, true, c, 0, npass) : 1ull;
     STK_STAMP(2);
     cluster_output(cl, rs, Tk, p, out, L.outbuf, s, xslot[0]);
     STK_STAMP(6);
@@ -630,8 +690,8 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   m = max(m, int64_t(16));
   // (stopped once the bin holds <= m / 2 sample keys: at most ~1.5 m sample
   // keys, so ~3.75 k row keys, are expected >= est)
-  const uint64_t est = m < S ? cluster_select(cl, CandSrc{cand, int64_t(R) * kItems}, int(m), L.h, L.recv, s,
-                                              false, int(m / 2), npass)
+  const uint64_t est = m < S ? cluster_select<T>(cl, CandSrc{cand, int64_t(R) * kItems}, int(m), L.h, L.recv, s,
+                                                 false, c, int(m / 2), npass)
                              : 0ull;
   STK_STAMP(2);
   // (bulk: the last kRing stages of the region become the copy ring)
@@ -658,12 +718,12 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   __syncthreads();
   if (ok) {
     const CandSrc cs{cand, got};
-    const uint64_t Tk = cluster_select(cl, cs, p.k, L.h, L.recv, s, false, 0, npass);
+    const uint64_t Tk = cluster_select<T>(cl, cs, p.k, L.h, L.recv, s, false, c, 0, npass);
     STK_STAMP(5);
     cluster_output(cl, cs, Tk, p, out, L.outbuf, s, xslot[0]);
     STK_STAMP(6);
   } else {
-    const uint64_t Tk = cluster_select(cl, gsrc, p.k, L.h, L.recv, s, false, 0, npass);
+    const uint64_t Tk = cluster_select<T>(cl, gsrc, p.k, L.h, L.recv, s, false, c, 0, npass);
     cluster_output(cl, gsrc, Tk, p, out, L.outbuf, s, xslot[0]);
   }
 }
