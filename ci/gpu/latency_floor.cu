@@ -15,14 +15,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      printf("%s: %s\n", #x, cudaGetErrorString(e_));                          \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "probe_check.h"
 
 __global__ void empty_kernel() {}
 

@@ -21,14 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#define CK(x)                                                   \
-  do {                                                          \
-    cudaError_t e_ = (x);                                       \
-    if (e_ != cudaSuccess) {                                    \
-      printf("%s: %s\n", #x, cudaGetErrorString(e_));           \
-      return 1;                                                 \
-    }                                                           \
-  } while (0)
+#include "probe_check.h"
 
 constexpr int kRows = 64;
 constexpr int64_t kCols = 1 << 20;
@@ -38,18 +31,14 @@ __device__ __forceinline__ int cnt4(const float4& v) {
   return int(v.x > 2.5f) + int(v.y > 2.5f) + int(v.z > 2.5f) + int(v.w > 2.5f);
 }
 
-template <int V>
-__global__ void __launch_bounds__(512) warp_span(const float4* x, int* out, int rot) {
-  const float4* c = x + int64_t(blockIdx.x) * kChunkVec;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int span = kChunkVec / 16, steps = span / (32 * V);
-  const float4* s = c + w * span;
-  const int r0 = rot ? (w * 5) % steps : 0;
+// Counts over `steps` steps of V vectors per thread, the next step's loads in
+// flight in registers; at(st, v) is the thread's v-th vector of step st.
+template <int V, class At>
+__device__ __forceinline__ int stream_count(int steps, At at) {
   float4 nxt[V];
   auto load = [&](int st) {
-    const int b = ((st + r0) % steps) * 32 * V;
 #pragma unroll
-    for (int v = 0; v < V; ++v) nxt[v] = __ldg(s + b + v * 32 + lane);
+    for (int v = 0; v < V; ++v) nxt[v] = __ldg(at(st, v));
   };
   int n = 0;
   load(0);
@@ -61,29 +50,23 @@ __global__ void __launch_bounds__(512) warp_span(const float4* x, int* out, int 
 #pragma unroll
     for (int v = 0; v < V; ++v) n += cnt4(cur[v]);
   }
-  atomicAdd(out, n);
+  return n;
+}
+
+template <int V>
+__global__ void __launch_bounds__(512) warp_span(const float4* x, int* out, int rot) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int span = kChunkVec / 16, steps = span / (32 * V);
+  const float4* s = x + int64_t(blockIdx.x) * kChunkVec + w * span;
+  const int r0 = rot ? (w * 5) % steps : 0;
+  atomicAdd(out, stream_count<V>(steps, [&](int st, int v) { return s + ((st + r0) % steps) * 32 * V + v * 32 + lane; }));
 }
 
 template <int V>
 __global__ void __launch_bounds__(512) block_stride(const float4* x, int* out) {
   const float4* c = x + int64_t(blockIdx.x) * kChunkVec;
-  const int per = 512 * V, steps = kChunkVec / per;
-  float4 nxt[V];
-  auto load = [&](int st) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) nxt[v] = __ldg(c + st * per + v * 512 + threadIdx.x);
-  };
-  int n = 0;
-  load(0);
-  for (int st = 0; st < steps; ++st) {
-    float4 cur[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) cur[v] = nxt[v];
-    if (st + 1 < steps) load(st + 1);
-#pragma unroll
-    for (int v = 0; v < V; ++v) n += cnt4(cur[v]);
-  }
-  atomicAdd(out, n);
+  const int per = 512 * V;
+  atomicAdd(out, stream_count<V>(kChunkVec / per, [&](int st, int v) { return c + st * per + v * 512 + threadIdx.x; }));
 }
 
 __device__ __forceinline__ uint32_t sa(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
