@@ -300,18 +300,22 @@ def test_streamed_gathers(path, kind):
 def test_cluster_shared_bits(path, dtype):
     """The cluster select skips key bits every remaining key shares (the low
     score bits of 16-bit dtypes, the common top bits of the row's global
-    indices): rows of exact ties at negative and positive thresholds, shard
-    views whose global indices reach past 2^16 / 2^17 / 2^18, forced columns,
-    both tie rules; resident and streamed rows."""
+    indices): rows of exact ties at negative and positive thresholds, NaN /
+    +-inf / +-0 among the ties, dirty columns past each length, shard views
+    whose global indices reach past 2^16 / 2^17 / 2^18, forced columns, both
+    tie rules; resident and streamed rows."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}".encode()))
     width = 120000
+    lens = [width, 40000, 70001, 100000, 3000]
     for sign in (1.0, -1.0):
         x = (sign * torch.randint(1, 5, (5, width), generator=g).float() * 0.5).to(dtype)
         x[1, ::7] = -x[1, ::7]  # both signs in one row
         x[2] = torch.randn(width, generator=g).to(dtype)  # N(0,1): ties only from rounding
-        x = x.to(dev)
-        lengths = torch.tensor([width, 40000, 70001, 100000, 3000], dtype=torch.int64, device=dev)
+        sp = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0], dtype=torch.float32).to(dtype)
+        x[4, ::3] = sp[torch.randint(0, len(sp), (len(range(0, width, 3)),), generator=g)]
+        x = _dirty(x, lens, g).to(dev)
+        lengths = torch.tensor(lens, dtype=torch.int64, device=dev)
         for scale, offset in ((1, 0), (3, 2), (2, 1), (8, 7)):
             for j, order in enumerate(["any", "rank", "index"]):
                 tie = ("low", "high")[(j + scale) % 2]
