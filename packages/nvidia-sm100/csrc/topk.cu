@@ -969,6 +969,15 @@ struct PathOpts {
   bool warp_gather = true;
 };
 
+// N of a "cluster=N" token with N in 1..16, else 0.
+static int cluster_size_token(const std::string& t) {
+  if (t.rfind("cluster=", 0) != 0 || t.size() < 9 || t.size() > 10 ||
+      t.find_first_not_of("0123456789", 8) != std::string::npos)
+    return 0;
+  const int n = std::atoi(t.c_str() + 8);
+  return n <= 16 ? n : 0;
+}
+
 static PathOpts path_opts() {
   PathOpts o;
   const char* e = std::getenv("SPARSETOPK_NV_PATH");
@@ -994,11 +1003,9 @@ static PathOpts path_opts() {
     else if (t == "bulk") o.bulk = true;
     else if (t == "block-gather") o.warp_gather = false;
     else if (t == "legacy-gather") o.legacy_gather = true;
-    else if (t.rfind("cluster=", 0) == 0 && t.size() > 8 && t.size() <= 10 &&
-             t.find_first_not_of("0123456789", 8) == std::string::npos && std::atoi(t.c_str() + 8) >= 1 &&
-             std::atoi(t.c_str() + 8) <= 16) {
+    else if (const int n = cluster_size_token(t); n > 0) {
       o.cluster = 1;
-      o.cluster_n = std::atoi(t.c_str() + 8);
+      o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
