@@ -13,7 +13,7 @@ from sparsetopk_nvidia_sm100._backend import _ext
 
 os.environ["SPARSETOPK_NV_PATH"] = os.environ.get("SPARSETOPK_NV_PATH", "stamps")
 C = _ext()
-NAMES = ["load/sample", "select#1", "gather", "exchange", "select#2", "output"]
+NAMES = ["load/sample", "select#1", "gather", "exchange", "select#2", "output"]  # resident rows: load, select#2, output
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
 x = torch.randn(64, 1 << 20, generator=g, device=dev)
@@ -37,3 +37,6 @@ for rows, n, order in [(4, 40960, "any"), (4, 153600, "any"), (16, 1 << 20, "any
     print(f"{rows}x{n} {order} C={plan['cluster']}: total {(prev - t0) / 1000:.1f} us | " + ", ".join(parts)
           + f" | passes {t[31]} | last pass cycles: stores {cf[0]}, barrier {cf[1]}, sums {cf[2]}, find {cf[3]}",
           flush=True)
+    if t[24] > t[21] > t[20] and t[24] - t[20] < 10**7:  # cluster_finish ran after the last pass
+        print(f"    finish cycles: scan {t[21] - t[20]}, exchange {t[22] - t[21]}, rank {t[23] - t[22]}, "
+              f"write {t[24] - t[23]}", flush=True)

@@ -30,6 +30,8 @@ struct TopkParams {
   int bulk;    // cluster kernel: streamed gather through TMA bulk copies (SPARSETOPK_NV_PATH=bulk)
   int legacy_gather;  // split gather: key-per-column compaction (SPARSETOPK_NV_PATH=legacy-gather)
   int warp_gather;    // cluster kernel: per-warp streamed gather (off: SPARSETOPK_NV_PATH=block-gather)
+  int cluster_finish;  // cluster kernel: cluster_finish once the bin is small (off: SPARSETOPK_NV_PATH=no-finish)
+  int cluster_mbar;    // cluster kernel: histogram exchange by st.async + mbarrier (off: SPARSETOPK_NV_PATH=find-barrier)
 };
 
 struct SplitWs {

@@ -953,6 +953,11 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 compaction instead of the float-test gather
 //   block-gather  the cluster kernel's streamed gather runs block-synchronous
 //                 steps (default: each warp its own span, packed at the end)
+//   no-finish     the cluster select runs its passes until the k-th key is
+//                 pinned (default: one exchange of the bin's keys once the
+//                 bin holds <= 256, cluster_finish)
+//   find-barrier  the cluster select's histogram exchange waits on a cluster
+//                 barrier per pass (default: st.async + mbarrier)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -967,6 +972,8 @@ struct PathOpts {
   bool bulk = false;
   bool legacy_gather = false;
   bool warp_gather = true;
+  bool cluster_finish = true;
+  bool cluster_mbar = true;
 };
 
 // N of a "cluster=N" token with N in 1..16, else 0.
@@ -1003,13 +1010,15 @@ static PathOpts path_opts() {
     else if (t == "bulk") o.bulk = true;
     else if (t == "block-gather") o.warp_gather = false;
     else if (t == "legacy-gather") o.legacy_gather = true;
+    else if (t == "no-finish") o.cluster_finish = false;
+    else if (t == "find-barrier") o.cluster_mbar = false;
     else if (const int n = cluster_size_token(t); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, cluster, cluster=N, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, cluster, cluster=N, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -1031,6 +1040,8 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;
   p.warp_gather = opt.warp_gather ? 1 : 0;
+  p.cluster_finish = opt.cluster_finish ? 1 : 0;
+  p.cluster_mbar = opt.cluster_mbar ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each

@@ -2,9 +2,10 @@
 // (C = 1..16 blocks; block q owns the q-th chunk of the row's own valid
 // length). The radix select on the 64-bit key runs on all chunks at once:
 // every block histograms its part (8-bit digits), copies the histogram into
-// every block's shared memory (cluster_find: DSMEM stores, one cluster
-// barrier per pass), sums the copies and finds the bin that holds the k-th
-// key, and passes go on until the k-th key Tk is pinned.
+// every block's shared memory (cluster_find: st.async stores counted on the
+// receiver's mbarrier), sums the copies and finds the bin that holds the k-th
+// key, and passes go on until the k-th key Tk is pinned, or (resident rows)
+// until its bin is small enough for one exchange of its keys (cluster_finish).
 // Blocks then write their keys >= Tk at offsets from the lower ranks' counts
 // (index / any: index order), or gather them into block 0, which sorts them
 // (rank).
@@ -82,35 +83,53 @@ template <typename T> struct NarrowCounts<GlobalSrc<T>> { static constexpr bool 
 
 // find_bin over the cluster: the bin of the summed histogram (every block's
 // h, bins [0, 2^dbits)) that holds the kk-th largest counted key, into s.bin
-// / s.above / s.count in every block. One cluster barrier: every block
-// stores its h (16 bytes per store; 16-bit counts when Narrow) into row q of
-// every block's recv[par] (C rows); after the barrier one thread per bin
-// sums its C counts locally and a block scan finds the bin (before: sums,
-// a barrier, then a one-warp search, ~1060 cycles at C = 16). DSMEM is only written: a remote load is
-// a dependent round trip (~1000-1500 cycles on the H200), a store is drained
-// by the barrier, whose time grows with the bytes (C = 16, 256 bins: ~1700
-// cycles with 32-bit counts). (Measured before: owner-partitioned sums, two
-// barriers per pass, ~3500 cycles per pass at C = 16, the barriers 2600.)
-// recv[par] is rewritten two passes later, after every block passed the
-// next pass's barrier, i.e. after its readers are done: par alternates by
-// pass (callers with a cluster barrier between them may restart at 0).
-// h is zero again on return (for the next unfenced hist_pass; the caller's barrier
-// orders it).
+// / s.above / s.count in every block (s.flag: the bin's count over the
+// lower-ranked blocks). Every block stores its h (16 bytes per store; 16-bit
+// counts when Narrow) into row q of every other block's recv[par]; once the
+// C - 1 rows are in, one thread per bin sums its C counts (its own from h)
+// and a block scan finds the bin. DSMEM is only written: a remote load is a
+// dependent round trip (~1000-1500 cycles on the H200).
+//  - Default (x.mbar): st.async stores counted on the receiver's mbarrier
+//    bars[par]; each block waits for its own rows only, no cluster barrier
+//    (H200, graph replay: 4 x 40K 12.6 vs 13.1 us, 8 x 1M 47.3 vs 49.0,
+//    64 x 1M 122.8 vs 123.1).
+//  - SPARSETOPK_NV_PATH=find-barrier: plain DSMEM stores and one cluster
+//    barrier per pass.
+// recv[par] and bars[par] are reused two passes later: a block sends pass
+// p + 2 only after it has every block's pass p + 1 rows, which each block
+// sends after its pass-p sums are done (and, for the mbarrier, after its
+// pass-p phase completed). Callers with a cluster barrier between them may
+// restart par at 0 (x.phases carries the mbarrier phases on).
+// h is zero again on return (for the next unfenced hist_pass; the caller's
+// barrier orders it).
+// The histogram exchange's buffers: recv (2 x C x kCBins words), and for the
+// mbarrier-signalled exchange one barrier per parity and the parity of the
+// phase each is in (bit i for bars[i], uniform in the block).
+struct HistXchg {
+  uint32_t* recv;
+  uint64_t* bars;
+  uint32_t phases;
+  bool mbar;
+};
+
 template <bool Narrow>
-__device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits, int kk, uint32_t* recv, int par,
+__device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits, int kk, HistXchg& x, int par,
                              BlockScratch& s, bool stamps) {
   const int C = int(cl.num_blocks());
   const int q = int(cl.block_rank());
   const int nb = 1 << dbits;
   cluster_clock(stamps, 0);
   __syncthreads();  // this block's h is complete
-  // row r of recv[par]: C x nb counts, 16 or 32 bits each
-  uint16_t* const rows16 = reinterpret_cast<uint16_t*>(recv) + par * C * nb;
-  uint32_t* const rows32 = recv + par * C * nb;
+  // row r of recv[par]: C x nb counts, 16 or 32 bits each (row q stays
+  // unwritten: the sums read this block's own counts from h)
+  uint16_t* const rows16 = reinterpret_cast<uint16_t*>(x.recv) + par * C * nb;
+  uint32_t* const rows32 = x.recv + par * C * nb;
   const int per_vec = Narrow ? 8 : 4;  // counts per 16-byte store
   const int nv = nb / per_vec;
+  if (x.mbar && threadIdx.x == 0) mbar_expect(&x.bars[par], uint32_t((C - 1) * nb * (Narrow ? 2 : 4)));
   for (int j = threadIdx.x; j < nv * C; j += blockDim.x) {
     const int d = j / nv, i = (j - d * nv) * per_vec;
+    if (d == q) continue;
     const uint4 a = *reinterpret_cast<const uint4*>(h + i);
     uint4 v = a;
     void* dst = rows32 + q * nb + i;
@@ -119,35 +138,52 @@ __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits
       v = make_uint4(a.x | a.y << 16, a.z | a.w << 16, b.x | b.y << 16, b.z | b.w << 16);
       dst = rows16 + q * nb + i;
     }
-    *reinterpret_cast<uint4*>(cl.map_shared_rank(dst, d)) = v;
+    if (x.mbar)
+      st_async16(cluster_addr(dst, d), v, cluster_addr(&x.bars[par], d));
+    else
+      *reinterpret_cast<uint4*>(cl.map_shared_rank(dst, d)) = v;
   }
   cluster_clock(stamps, 1);
-  cl.sync();  // every block's histogram is in every block's recv[par]
+  if (x.mbar) {  // every other block's histogram is in recv[par]
+    // one warp waits, the block barrier releases the rest (and orders every
+    // thread's sends before h is cleared)
+    if (threadIdx.x < 32) mbar_wait_cluster(&x.bars[par], (x.phases >> par) & 1u);
+    x.phases ^= 1u << par;
+    __syncthreads();
+  } else {
+    cl.sync();
+  }
   cluster_clock(stamps, 2);
-  // thread t sums bin nb - 1 - t over the C rows (top bins first), clears it
-  // in h (copied out before the barrier), and a block scan in that order
-  // finds the bin where the count from the top reaches kk. (nb <= blockDim:
-  // 256 bins, 512 threads.)
+  // thread t sums bin nb - 1 - t over the C rows (top bins first; its own
+  // from h), and a block scan in that order finds the bin where the count
+  // from the top reaches kk. (nb <= blockDim: 256 bins, 512 threads.) h is
+  // cleared after the scan's barrier, when every thread's sends have read it.
+
   const int t = int(threadIdx.x);
   const int bin = nb - 1 - t;
-  int a = 0;
+  int a = 0, below = 0;  // below: the lower ranks' counts (cluster_finish's layout)
   if (t < nb) {
 #pragma unroll
     for (int r = 0; r < 16; ++r)
-      if (r < C) a += Narrow ? int(rows16[r * nb + bin]) : int(rows32[r * nb + bin]);
-    h[bin] = 0;
+      if (r < C) {
+        const int v = r == q ? int(h[bin]) : Narrow ? int(rows16[r * nb + bin]) : int(rows32[r * nb + bin]);
+        a += v;
+        below += r < q ? v : 0;
+      }
   }
   const int inc = warp_incl_scan(a);
   if ((t & 31) == 31) s.warp[t >> 5] = inc;
   __syncthreads();
   cluster_clock(stamps, 3);
   if (t < nb) {
+    h[bin] = 0;
     int acc = inc - a;  // keys in higher bins
     for (int w = 0; w < (t >> 5); ++w) acc += s.warp[w];
     if (acc < kk && kk <= acc + a) {  // exactly one thread
       s.bin = bin;
       s.above = acc;
       s.count = a;
+      s.flag = below;
     }
   }
   __syncthreads();
@@ -206,36 +242,49 @@ __device__ __forceinline__ void skip_shared_bits(const KeySkip& ks, SelState& st
   }
 }
 
+// Where a cluster select stopped: the k-th key lies in the bin `prefix`
+// (its top `depth` bits), which holds E keys, kk of them to be taken; below:
+// the bin's keys in lower-ranked blocks; fin_half: the half of recv (C x
+// kCBins words) that no block reads any more (cluster_finish's buffer).
+struct ClusterSel {
+  uint64_t prefix;
+  int depth, kk, E, below, fin_half;
+};
+
 // The kk-th largest key over every block's src (their union must hold at
 // least kk valid keys). hist0_ready: the first pass's histogram (depth 0) is
 // already in h; otherwise h must be zero (it is zero again on return). recv:
-// cluster_find's 2 x C x kCBins words. slack > 0 stops early,
-// once the bin holding the kk-th key has at most slack keys, and returns that
-// bin's lower edge (a key <= the kk-th, with at most kk - 1 + slack keys
-// above it): for estimates. T and c: the row's dtype and context, for the
-// bits no pass needs to look at (KeySkip).
+// cluster_find's 2 x C x kCBins words. Stops once the k-th key is pinned
+// (E == kk: prefix is Tk), or the bin holds at most slack keys (prefix, the
+// bin's lower edge, is a key <= the kk-th with at most kk - 1 + slack keys
+// above it: for estimates), or at most fin_cap keys (cluster_finish takes it
+// from there with one exchange instead of more passes). T and c: the row's
+// dtype and context, for the bits no pass needs to look at (KeySkip).
 template <typename T, class Src>
-__device__ uint64_t cluster_select(const cg::cluster_group& cl, const Src& src, int kk, uint32_t* h, uint32_t* recv,
-                                   BlockScratch& s, bool hist0_ready, const RowCtx& c, int slack = 0,
-                                   unsigned long long* passes = nullptr) {
+__device__ ClusterSel cluster_select(const cg::cluster_group& cl, const Src& src, int kk, uint32_t* h, HistXchg& x,
+                                     BlockScratch& s, bool hist0_ready, const RowCtx& c, int slack = 0, int fin_cap = 0,
+                                     unsigned long long* passes = nullptr) {
   const KeySkip ks = key_skip<T>(c);
   SelState st{0ull, 0, kk};
   for (int pass = 0;; ++pass) {
     const int dbits = kCBits;
     skip_shared_bits(ks, st);
-    if (st.depth >= 64) return st.prefix;  // (unreachable: one key left means E == kk)
+    if (st.depth >= 64) return ClusterSel{st.prefix, 64, st.kk, st.kk, 0, 0};  // (unreachable: E == kk first)
     if (!hist0_ready) hist_pass<false>(src, h, st.prefix, st.depth, dbits);  // no barrier: cluster_find has them
     hist0_ready = false;
     // (recv parity by pass, not depth: skipped bits must not give two
     // consecutive passes the same buffer)
-    cluster_find<NarrowCounts<Src>::value>(cl, h, dbits, st.kk, recv, pass & 1, s, passes != nullptr);  // identical in every block
-    const int b = s.bin, above = s.above, E = s.count;
+    cluster_find<NarrowCounts<Src>::value>(cl, h, dbits, st.kk, x, pass & 1, s, passes != nullptr);  // identical in every block
+    const int b = s.bin, above = s.above, E = s.count, below = s.flag;
     __syncthreads();  // s is rewritten by block scans after a return; h's clearing is complete
     st.kk -= above;
     st.prefix |= uint64_t(b) << (64 - st.depth - dbits);
     st.depth += dbits;
     if (passes && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *passes += 1;
-    if (E == st.kk || st.depth >= 64 || E <= slack) return st.prefix;
+    // (16-bit counts put both parities in recv's first half: the second is free)
+    const int free_half = NarrowCounts<Src>::value ? 1 : (pass & 1) ^ 1;
+    if (E == st.kk || st.depth >= 64 || E <= slack || E <= fin_cap)
+      return ClusterSel{st.prefix, st.depth, st.kk, E, below, free_half};
   }
 }
 
@@ -272,9 +321,28 @@ __device__ __forceinline__ int block_sum(int v, BlockScratch& s) {
   return t;
 }
 
+// Writes the keys >= Tk of this block's src at off, off + 1, ... (index
+// order; "rank": into block 0's outbuf, which block 0 sorts), and block 0
+// pads from keff. Ends with a cluster barrier after its last DSMEM access.
+template <class Src>
+__device__ void cluster_write(const cg::cluster_group& cl, const Src& src, uint64_t Tk, int off, int keff,
+                              const TopkParams& p, const OutRow& out, uint64_t* outbuf, BlockScratch& s) {
+  if (p.order == stk::kOrderRank) {
+    uint64_t* ob0 = cl.map_shared_rank(outbuf, 0);
+    compact_pass(src, Tk, s, [&](int pos, uint64_t key) { ob0[off + pos] = key; });
+    cl.sync();  // block 0's list complete; no DSMEM access after this
+    // (block 0 sorts: copying the list to every block for a distributed rank
+    // by counting measured slower, DSMEM-bandwidth bound)
+    if (cl.block_rank() == 0) write_ranked(outbuf, keff, out);
+  } else {
+    // no DSMEM access after the caller's exchange: no block waits for another
+    compact_pass(src, Tk, s, [&](int pos, uint64_t key) { out.put(off + pos, key); });
+  }
+  if (cl.block_rank() == 0) out.pad(keff);
+}
+
 // Writes the keys >= Tk of every block's src (keff = min(n, k) of them), then
-// the padding. slots: cluster_exchange's. Ends with a cluster barrier after
-// the last DSMEM access.
+// the padding: counts them, one exchange for the offsets, cluster_write.
 template <class Src>
 __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint64_t Tk, const TopkParams& p,
                                const OutRow& out, uint64_t* outbuf, BlockScratch& s, int* slots) {
@@ -287,19 +355,97 @@ __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint
     for (int i = 0; i < kItems; ++i) mine += ((m >> i) & 1u) && key[i] >= Tk;
   }
   cluster_exchange(cl, block_sum(mine, s), slots, s);
-  const int off = s.flag, keff = s.count;
-  if (p.order == stk::kOrderRank) {
-    uint64_t* ob0 = cl.map_shared_rank(outbuf, 0);
-    compact_pass(src, Tk, s, [&](int pos, uint64_t key) { ob0[off + pos] = key; });
-    cl.sync();  // block 0's list complete; no DSMEM access after this
-    // (block 0 sorts: copying the list to every block for a distributed rank
-    // by counting measured slower, DSMEM-bandwidth bound)
-    if (cl.block_rank() == 0) write_ranked(outbuf, keff, out);
-  } else {
-    // no DSMEM access after the exchange: no block waits for another
-    compact_pass(src, Tk, s, [&](int pos, uint64_t key) { out.put(off + pos, key); });
+  cluster_write(cl, src, Tk, s.flag, s.count, p, out, outbuf, s);
+}
+
+// Bin keys cluster_finish can take: its buffer is half of recv (C x kCBins
+// words), and each thread ranks one key by counting.
+__host__ __device__ __forceinline__ int cluster_fin_cap(int C) { return min(256, C * kCBins / 2); }
+
+// Ends a select that stopped with the k-th key's bin small (sel.E <=
+// cluster_fin_cap): one exchange instead of the remaining passes plus
+// cluster_output's count exchange. Every block puts its keys in the bin into
+// its own fin at sel.below + arrival slot (ranks in rank order; the order
+// within a rank does not matter, keys are distinct), copies them to the same
+// place in every other block, and its count of keys above the bin into
+// slots. Once its copies are in, each block ranks the E keys locally (Tk:
+// kk - 1 of them above it) and takes its output offset from the lower ranks'
+// counts and their bin keys >= Tk. fin: sel.fin_half of recv (no block reads
+// it any more). fin_n: zero. fbar: an mbarrier in its first phase (st.async,
+// each block waits for its own copies only; index / any then need no cluster
+// barrier at all), or null (DSMEM stores and a cluster barrier).
+// Measured on the H200 (resident rows, cluster-barrier finds): 4 x 40K
+// 12.3 vs 13.2 us without it, 4 x 150K 18.9 vs 20.8.
+template <class Src>
+__device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, const ClusterSel& sel, const TopkParams& p,
+                               const OutRow& out, uint64_t* fin, int* fin_n, uint64_t* tk, uint64_t* fbar,
+                               uint64_t* outbuf, BlockScratch& s, int* slots) {
+  const int C = int(cl.num_blocks()), q = int(cl.block_rank());
+  const int sh = 64 - sel.depth;  // depth >= kCBits
+  const uint64_t top = sel.prefix >> sh;
+  uint64_t* const mine = fin + sel.below;  // this block's bin keys, in every block
+  int above = 0;
+  const int64_t step = int64_t(blockDim.x) * kItems;
+  for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
+    uint64_t key[kItems];
+    const uint32_t m = src.load(gs, key);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const uint64_t kt = key[i] >> sh;
+      const bool v = (m >> i) & 1u;
+      above += v && kt > top;
+      if (v && kt == top) mine[atomicAdd(fin_n, 1)] = key[i];  // local first
+    }
   }
-  if (cl.block_rank() == 0) out.pad(keff);
+  const bool stamps = p.stamps != 0;
+  cluster_clock(stamps, 5);
+  const int a = block_sum(above, s);  // a barrier: mine and *fin_n are complete
+  // then one remote store per thread and destination
+  const int nm = *fin_n;
+  if (fbar) {
+    // st.async on fbar: this block waits for exactly what it is sent, and
+    // no block waits for the others to have received theirs
+    if (threadIdx.x == 0) {
+      mbar_expect(fbar, uint32_t(sel.E - nm) * 8u + uint32_t(C - 1) * 4u);
+      slots[q] = a;
+    }
+    for (int j = threadIdx.x; j < nm * C; j += blockDim.x) {
+      const int d = j / nm, i = j - d * nm;
+      if (d != q) st_async8(cluster_addr(mine + i, d), mine[i], cluster_addr(fbar, d));
+    }
+    if (int(threadIdx.x) < C && int(threadIdx.x) != q)
+      st_async4(cluster_addr(slots + q, int(threadIdx.x)), uint32_t(a), cluster_addr(fbar, int(threadIdx.x)));
+    if (threadIdx.x < 32) mbar_wait_cluster(fbar, 0u);  // (one use per kernel: phase 0)
+    __syncthreads();
+  } else {
+    for (int j = threadIdx.x; j < nm * C; j += blockDim.x) {
+      const int d = j / nm, i = j - d * nm;
+      if (d != q) *cl.map_shared_rank(mine + i, d) = mine[i];
+    }
+    if (int(threadIdx.x) < C) *cl.map_shared_rank(slots + q, int(threadIdx.x)) = a;
+    cl.sync();  // every block's bin keys and count are in every block
+  }
+  cluster_clock(stamps, 6);
+  const int t = int(threadIdx.x);
+  int r = sel.E;  // t's key's rank among the bin's keys
+  if (t < sel.E) {
+    const uint64_t x = fin[t];
+    r = 0;
+#pragma unroll 8
+    for (int j = 0; j < sel.E; ++j) r += fin[j] > x;
+    if (r == sel.kk - 1) *tk = x;
+  }
+  int off = block_sum(t < sel.below && r < sel.kk, s);  // the lower ranks' bin keys >= Tk (a barrier: *tk is set)
+  const uint64_t Tk = *tk;
+  int keff = sel.kk;
+  for (int i = 0; i < C; ++i) {
+    keff += slots[i];
+    off += i < q ? slots[i] : 0;
+  }
+  __syncthreads();  // block_sum's s.warp is rewritten by the compaction's scans
+  cluster_clock(stamps, 7);
+  cluster_write(cl, src, Tk, off, keff, p, out, outbuf, s);
+  cluster_clock(stamps, 8);
 }
 
 // The fast test on one 16-byte vector of raw elements (columns c0..): the
@@ -609,6 +755,10 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   __shared__ BlockScratch s;
   __shared__ int xslot[2][16];  // cluster_exchange slots: output counts, gather counts
   __shared__ uint64_t bars[kRing];  // gather_bulk's copy barriers
+  __shared__ int fin_n;  // cluster_finish's arrival count
+  __shared__ uint64_t fin_tk;
+  __shared__ uint64_t hbars[2];  // cluster_find's mbarriers, one per recv parity
+  __shared__ uint64_t fbar;      // cluster_finish's
   cg::cluster_group cl = cg::this_cluster();
   const int C = int(cl.num_blocks());
   const int rank = int(cl.block_rank());
@@ -626,7 +776,29 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   unsigned long long* const npass = p.stamps ? &g_cluster_stamps[31] : nullptr;
   if (npass && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *npass = 0;
   for (int i = threadIdx.x; i < kCBins; i += blockDim.x) L.h[i] = 0;
+  if (threadIdx.x == 0) {
+    fin_n = 0;
+    mbar_init(&hbars[0]);  // (visible to the cluster after the start barrier below)
+    mbar_init(&hbars[1]);
+    mbar_init(&fbar);
+  }
   __syncthreads();
+  HistXchg xch{L.recv, hbars, 0u, p.cluster_mbar != 0};
+  // the final select and the output: cluster_finish once the bin holds <=
+  // fin_cap keys, else passes down to Tk and cluster_output. Resident rows
+  // only: on the candidates of streamed rows it measured slower on the H200
+  // (16 x 1M 62.5 vs 58.3 us, 8 x 1M 48.4 vs 46.7; 64 x 1M even; the finish
+  // phases took ~2x the cycles they take on resident slices, not understood).
+  auto select_write = [&](const auto& src, bool hist0_ready, int fin_cap) {
+    const ClusterSel sel = cluster_select<T>(cl, src, p.k, L.h, xch, s, hist0_ready, c, 0, fin_cap, npass);
+    STK_STAMP(5);
+    if (sel.E <= fin_cap) {
+      uint64_t* const fin = reinterpret_cast<uint64_t*>(L.recv + sel.fin_half * C * kCBins);
+      cluster_finish(cl, src, sel, p, out, fin, &fin_n, &fin_tk, xch.mbar ? &fbar : nullptr, L.outbuf, s, xslot[0]);
+    } else {
+      cluster_output(cl, src, sel.prefix, p, out, L.outbuf, s, xslot[0]);
+    }
+  };
   // DSMEM may be accessed only once every block of the cluster runs: arrive
   // now, wait just before the first remote store (after the load / the sample)
   cl.barrier_arrive();
@@ -656,10 +828,10 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
     cl.barrier_wait();
     STK_STAMP(1);
     const ResSrc rs{res, hi - lo, c, lo};
-    // n <= k (uniform): every valid key, Tk = 1
-    const uint64_t Tk = n > p.k ? cluster_select<T>(cl, rs, p.k, L.h, L.recv, s, true, c, 0, npass) : 1ull;
-    STK_STAMP(2);
-    cluster_output(cl, rs, Tk, p, out, L.outbuf, s, xslot[0]);
+    if (n > p.k)
+      select_write(rs, true, p.cluster_finish ? cluster_fin_cap(C) : 0);
+    else  // (uniform) every valid key, Tk = 1
+      cluster_output(cl, rs, 1ull, p, out, L.outbuf, s, xslot[0]);
     STK_STAMP(6);
     return;
   }
@@ -690,8 +862,8 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   m = max(m, int64_t(16));
   // (stopped once the bin holds <= m / 2 sample keys: at most ~1.5 m sample
   // keys, so ~3.75 k row keys, are expected >= est)
-  const uint64_t est = m < S ? cluster_select<T>(cl, CandSrc{cand, int64_t(R) * kItems}, int(m), L.h, L.recv, s,
-                                                 false, c, int(m / 2), npass)
+  const uint64_t est = m < S ? cluster_select<T>(cl, CandSrc{cand, int64_t(R) * kItems}, int(m), L.h, xch, s,
+                                                 false, c, int(m / 2), 0, npass).prefix
                              : 0ull;
   STK_STAMP(2);
   // (bulk: the last kRing stages of the region become the copy ring)
@@ -716,16 +888,11 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   // the top k are among the candidates iff none was dropped and >= k exist
   const bool ok = s.count >= p.k;
   __syncthreads();
-  if (ok) {
-    const CandSrc cs{cand, got};
-    const uint64_t Tk = cluster_select<T>(cl, cs, p.k, L.h, L.recv, s, false, c, 0, npass);
-    STK_STAMP(5);
-    cluster_output(cl, cs, Tk, p, out, L.outbuf, s, xslot[0]);
-    STK_STAMP(6);
-  } else {
-    const uint64_t Tk = cluster_select<T>(cl, gsrc, p.k, L.h, L.recv, s, false, c, 0, npass);
-    cluster_output(cl, gsrc, Tk, p, out, L.outbuf, s, xslot[0]);
-  }
+  if (ok)
+    select_write(CandSrc{cand, got}, false, 0);
+  else
+    select_write(gsrc, false, 0);
+  STK_STAMP(6);
 }
 
 }  // namespace stk_nv

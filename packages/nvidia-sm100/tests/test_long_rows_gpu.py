@@ -321,3 +321,36 @@ def test_cluster_shared_bits(path, dtype):
                 tie = ("low", "high")[(j + scale) % 2]
                 _check(x, 2048, lengths=lengths, order=order, tie_break=tie, index_scale=scale, index_offset=offset)
         _check(x, 4096, lengths=lengths, order="any", force_begin=3, force_end=100)
+
+
+@pytest.mark.parametrize("path", ["cluster", "cluster=2", "cluster=3", "cluster=16", "cluster=1", "cluster,no-finish",
+                                  "cluster=5,find-barrier"],
+                         indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_cluster_finish(path, dtype):
+    """The cluster select stops once the k-th key's bin holds <= 256 keys and
+    settles it with one exchange of the bin's keys (cluster_finish; the
+    no-finish path runs the passes down to Tk). Rows with m exact ties at the
+    threshold score v (random positions, so every block holds some), a of
+    them taken (a = 1: Tk is the bin's top key; a = m: the whole bin), m from
+    1 to past 256 (then passes over the tie word shrink the bin first), both
+    signs of v, both tie rules, every order; resident and streamed rows,
+    dirty columns past each length."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}".encode()))
+    width, k = 800000, 2048
+    lens = [800000, 150000, 40000]
+    for m in (1, 17, 255, 256, 257, 600):
+        for a in sorted({1, (m + 1) // 2, m}):
+            for v in (3.0, -3.0):
+                x = torch.empty(len(lens), width)
+                for r, n in enumerate(lens):
+                    p = torch.randperm(n, generator=g)
+                    row = v - 4 + 0.1 * torch.randn(n, generator=g)
+                    row[p[: k - a]] = v + 40 + torch.rand(k - a, generator=g)
+                    row[p[k - a : k - a + m]] = v
+                    x[r, :n] = row
+                x = _dirty(x.to(dtype), lens, g).to(dev)
+                lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+                for j, order in enumerate(["any", "rank", "index"]):
+                    _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[(j + m) % 2])
