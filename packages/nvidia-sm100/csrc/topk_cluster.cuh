@@ -147,7 +147,7 @@ __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits
   if (x.mbar) {  // every other block's histogram is in recv[par]
     // one warp waits, the block barrier releases the rest (and orders every
     // thread's sends before h is cleared)
-    if (threadIdx.x < 32) mbar_wait_cluster(&x.bars[par], (x.phases >> par) & 1u);
+    if (threadIdx.x < 32) mbar_wait<true>(&x.bars[par], (x.phases >> par) & 1u);
     x.phases ^= 1u << par;
     __syncthreads();
   } else {
@@ -415,7 +415,7 @@ __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, cons
     }
     if (int(threadIdx.x) < C && int(threadIdx.x) != q)
       st_async4(cluster_addr(slots + q, int(threadIdx.x)), uint32_t(a), cluster_addr(fbar, int(threadIdx.x)));
-    if (threadIdx.x < 32) mbar_wait_cluster(fbar, 0u);  // (one use per kernel: phase 0)
+    if (threadIdx.x < 32) mbar_wait<true>(fbar, 0u);  // (one use per kernel: phase 0)
     __syncthreads();
   } else {
     for (int j = threadIdx.x; j < nm * C; j += blockDim.x) {
