@@ -1,5 +1,5 @@
 """A/B timing of SPARSETOPK_NV_PATH values on the long-row anchor cells only
-(k = 2048, stride 1M, per-row lengths), interleaved per cell and repeated, so
+(k = 2048 or AB_K, stride 1M, per-row lengths), interleaved per cell and repeated, so
 that drift hits every path alike. Same timer as `sparsetopk bench`: CUDA-graph
 replay over rotating buffers past L2, median per call.
 
@@ -20,23 +20,24 @@ paths = sys.argv[1:] or ["auto"]
 cells = [tuple(int(v) for v in c.split("x")) for c in
          os.environ.get("AB_CELLS", "4x40960,4x153600,16x1048576,64x1048576").split(",")]
 order = os.environ.get("AB_ORDER", "any")
+K = int(os.environ.get("AB_K", "2048"))
 dtype = getattr(torch, os.environ.get("AB_DTYPE", "float32"))
 repeats = int(os.environ.get("AB_REPEATS", "2"))
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
-print(f"| cell ({order}, {str(dtype)[6:]}) | " + " | ".join(paths) + " |")
+print(f"| cell ({order}, k={K}, {str(dtype)[6:]}) | " + " | ".join(paths) + " |")
 print("|---|" + "---|" * len(paths))
 for rows, n in cells:
     per_view = rows * n * dtype.itemsize  # bytes read per call
     views = max(2, min(64, -(-int(2.5 * L2) // per_view)))
     x = torch.randn(views * rows, M1, generator=g, device=dev).to(dtype)
     lengths = torch.full((rows,), n, dtype=torch.int32, device=dev)
-    out = (torch.empty(rows, 2048, dtype=torch.int32, device=dev), None)
+    out = (torch.empty(rows, K, dtype=torch.int32, device=dev), None)
 
     def fn(i):
         v = i % views
-        return sparsetopk.topk(x[v * rows:(v + 1) * rows], 2048, lengths=lengths, order=order,
+        return sparsetopk.topk(x[v * rows:(v + 1) * rows], K, lengths=lengths, order=order,
                                backend="nvidia-sm100", out=out)
 
     best = {p: [] for p in paths}
@@ -44,7 +45,7 @@ for rows, n in cells:
     for _ in range(repeats):
         for p in paths:
             os.environ["SPARSETOPK_NV_PATH"] = p
-            pl = _ext().plan(rows, M1, 2048, 0)
+            pl = _ext().plan(rows, M1, K, 0)
             plan[p] = f"C={pl['cluster']}" if pl.get("cluster") else ("split" if pl.get("split") else "rows")
             calls = -(-max(views, 16) // views) * views
             best[p].append(time_cuda(fn, views, calls, target_s=0.15, eager=False)["us"])

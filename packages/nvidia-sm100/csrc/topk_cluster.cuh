@@ -333,7 +333,7 @@ __device__ void cluster_write(const cg::cluster_group& cl, const Src& src, uint6
     cl.sync();  // block 0's list complete; no DSMEM access after this
     // (block 0 sorts: copying the list to every block for a distributed rank
     // by counting measured slower, DSMEM-bandwidth bound)
-    if (cl.block_rank() == 0) write_ranked(outbuf, keff, out);
+    if (cl.block_rank() == 0) write_ranked<8>(outbuf, keff, out);
   } else {
     // no DSMEM access after the caller's exchange: no block waits for another
     compact_pass(src, Tk, s, [&](int pos, uint64_t key) { out.put(off + pos, key); });

@@ -354,3 +354,52 @@ def test_cluster_finish(path, dtype):
                 lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
                 for j, order in enumerate(["any", "rank", "index"]):
                     _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[(j + m) % 2])
+
+
+@pytest.mark.parametrize("path", ["cluster", "cluster=3", "cluster,no-finish"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_cluster_finish_signed_zero(path, dtype):
+    """cluster_finish with the threshold's ties made of +0 and -0 (random
+    signs, so both sit in every block) and NaN / -inf / negatives below: -0
+    ties +0 and the tie rule alone orders them, values come back as +0 (the
+    reference's canonical value), and NaN never reaches the finish's bin."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}|zero".encode()))
+    width, k = 160000, 2048
+    lens = [160000, 40000, 150000]
+    below = torch.tensor([math.nan, -math.inf, -1.0, -2.5])
+    for m in (17, 256, 600):
+        for a in sorted({1, (m + 1) // 2, m}):
+            x = torch.empty(len(lens), width)
+            for r, n in enumerate(lens):
+                p = torch.randperm(n, generator=g)
+                row = below[torch.randint(0, len(below), (n,), generator=g)]
+                row[p[: k - a]] = 1.0 + torch.rand(k - a, generator=g)
+                zeros = torch.zeros(m)
+                zeros[torch.rand(m, generator=g) < 0.5] = -0.0
+                row[p[k - a : k - a + m]] = zeros
+                x[r, :n] = row
+            x = _dirty(x.to(dtype), lens, g).to(dev)
+            lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+            for j, order in enumerate(["any", "rank", "index"]):
+                _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[(j + m) % 2])
+
+
+@pytest.mark.parametrize("path", ["auto", "rows", "cluster", "cluster=3", "split"], indirect=True)
+@pytest.mark.parametrize("width", [3000, 20000, 70000])
+def test_rank_sort_sizes(path, width):
+    """Rank order's block sort (write_ranked: counting up to 64 keys, else
+    warp-sorted runs of 128 / 256 keys merged by binary search) at every
+    power-of-two size and either side of it, in blocks of 256, 512 and 1024
+    threads (the width picks them), with lengths below k (all keys taken),
+    exact ties (const / band rows: keys differ only in the tie word) and
+    specials, both tie rules."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{width}|ranksort".encode()))
+    lens = [width, width - 1, 65, 200, 1000, 2999]
+    for kind in ("normal", "const", "specials", "band"):
+        x = _dirty(_data(kind, len(lens), width, torch.float32, g), lens, g).to(dev)
+        lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+        for j, k in enumerate((65, 128, 129, 256, 257, 511, 1000, 2048, 2049, 4096)):
+            if k <= width:
+                _check(x, k, lengths=lengths, order="rank", tie_break=("low", "high")[j % 2])
