@@ -323,6 +323,30 @@ def test_cluster_shared_bits(path, dtype):
         _check(x, 4096, lengths=lengths, order="any", force_begin=3, force_end=100)
 
 
+def _threshold_ties(lens, width, k, m, a, g, below, above, ties) -> torch.Tensor:
+    """Rows (row r valid up to lens[r]) whose k-th score is an exact tie: m
+    columns hold ties(m), a of them taken (k - a columns hold above(k - a)),
+    the rest below(n); random positions, so every block of a row gets some."""
+    x = torch.empty(len(lens), width)
+    for r, n in enumerate(lens):
+        p = torch.randperm(n, generator=g)
+        row = below(n)
+        row[p[: k - a]] = above(k - a)
+        row[p[k - a : k - a + m]] = ties(m)
+        x[r, :n] = row
+    return x
+
+
+def _check_orders(x, k, lens, g, flip):
+    """x with dirty tails, on the GPU, against the reference in every order
+    (the tie rule alternating, shifted by flip)."""
+    dev = torch.device("cuda")
+    x = _dirty(x, lens, g).to(dev)
+    lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+    for j, order in enumerate(["any", "rank", "index"]):
+        _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[(j + flip) % 2])
+
+
 @pytest.mark.parametrize("path", ["cluster", "cluster=2", "cluster=3", "cluster=16", "cluster=1", "cluster,no-finish",
                                   "cluster=5,find-barrier"],
                          indirect=True)
@@ -336,24 +360,16 @@ def test_cluster_finish(path, dtype):
     1 to past 256 (then passes over the tie word shrink the bin first), both
     signs of v, both tie rules, every order; resident and streamed rows,
     dirty columns past each length."""
-    dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}".encode()))
     width, k = 800000, 2048
     lens = [800000, 150000, 40000]
     for m in (1, 17, 255, 256, 257, 600):
         for a in sorted({1, (m + 1) // 2, m}):
             for v in (3.0, -3.0):
-                x = torch.empty(len(lens), width)
-                for r, n in enumerate(lens):
-                    p = torch.randperm(n, generator=g)
-                    row = v - 4 + 0.1 * torch.randn(n, generator=g)
-                    row[p[: k - a]] = v + 40 + torch.rand(k - a, generator=g)
-                    row[p[k - a : k - a + m]] = v
-                    x[r, :n] = row
-                x = _dirty(x.to(dtype), lens, g).to(dev)
-                lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
-                for j, order in enumerate(["any", "rank", "index"]):
-                    _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[(j + m) % 2])
+                x = _threshold_ties(lens, width, k, m, a, g,
+                                    below=lambda n, v=v: v - 4 + 0.1 * torch.randn(n, generator=g),
+                                    above=lambda n, v=v: v + 40 + torch.rand(n, generator=g), ties=lambda n, v=v: v)
+                _check_orders(x.to(dtype), k, lens, g, m)
 
 
 @pytest.mark.parametrize("path", ["cluster", "cluster=3", "cluster,no-finish"], indirect=True)
@@ -363,33 +379,28 @@ def test_cluster_finish_signed_zero(path, dtype):
     signs, so both sit in every block) and NaN / -inf / negatives below: -0
     ties +0 and the tie rule alone orders them, values come back as +0 (the
     reference's canonical value), and NaN never reaches the finish's bin."""
-    dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}|zero".encode()))
     width, k = 160000, 2048
     lens = [160000, 40000, 150000]
-    below = torch.tensor([math.nan, -math.inf, -1.0, -2.5])
+    low = torch.tensor([math.nan, -math.inf, -1.0, -2.5])
+
+    def zeros(m):
+        z = torch.zeros(m)
+        z[torch.rand(m, generator=g) < 0.5] = -0.0
+        return z
+
     for m in (17, 256, 600):
         for a in sorted({1, (m + 1) // 2, m}):
-            x = torch.empty(len(lens), width)
-            for r, n in enumerate(lens):
-                p = torch.randperm(n, generator=g)
-                row = below[torch.randint(0, len(below), (n,), generator=g)]
-                row[p[: k - a]] = 1.0 + torch.rand(k - a, generator=g)
-                zeros = torch.zeros(m)
-                zeros[torch.rand(m, generator=g) < 0.5] = -0.0
-                row[p[k - a : k - a + m]] = zeros
-                x[r, :n] = row
-            x = _dirty(x.to(dtype), lens, g).to(dev)
-            lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
-            for j, order in enumerate(["any", "rank", "index"]):
-                _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[(j + m) % 2])
+            x = _threshold_ties(lens, width, k, m, a, g, below=lambda n: low[torch.randint(0, len(low), (n,), generator=g)],
+                                above=lambda n: 1.0 + torch.rand(n, generator=g), ties=zeros)
+            _check_orders(x.to(dtype), k, lens, g, m)
 
 
 @pytest.mark.parametrize("path", ["auto", "rows", "cluster", "cluster=3", "split"], indirect=True)
 @pytest.mark.parametrize("width", [3000, 20000, 70000])
 def test_rank_sort_sizes(path, width):
-    """Rank order's block sort (write_ranked: counting up to 64 keys, else
-    warp-sorted runs of 128 / 256 keys merged by binary search) at every
+    """Rank order's block sort (write_ranked: counting up to 64 keys, else a
+    register bitonic sort of 4 or 8 keys per thread) at every
     power-of-two size and either side of it, in blocks of 256, 512 and 1024
     threads (the width picks them), with lengths below k (all keys taken),
     exact ties (const / band rows: keys differ only in the tie word) and
