@@ -331,8 +331,13 @@ __device__ void cluster_write(const cg::cluster_group& cl, const Src& src, uint6
     uint64_t* ob0 = cl.map_shared_rank(outbuf, 0);
     compact_pass(src, Tk, s, [&](int pos, uint64_t key) { ob0[off + pos] = key; });
     cl.sync();  // block 0's list complete; no DSMEM access after this
-    // (block 0 sorts: copying the list to every block for a distributed rank
-    // by counting measured slower, DSMEM-bandwidth bound)
+    // (block 0 sorts. Measured on the H200, not kept: copying block 0's list
+    // to every block for a rank by counting, slower (block 0's DSMEM port:
+    // ci/gpu/dsmem_probe.cu "funnel"); every block sorting its own keys,
+    // copying its run to every block and ranking its keys by binary search
+    // in the other runs, 4 x 40K k=2048 22.1 vs 23.9 us, 4 x 150K k=4096
+    // 34.8 vs 37.4, 16 x 1M 73.1 vs 73.5, 64 x 1M (C = 2) 136.5 vs 133.7:
+    // its write phase still took ~18000 cycles, not understood)
     if (cl.block_rank() == 0) write_ranked<8>(outbuf, keff, out);
   } else {
     // no DSMEM access after the caller's exchange: no block waits for another
