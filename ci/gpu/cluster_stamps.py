@@ -18,7 +18,7 @@ dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
 x = torch.randn(64, 1 << 20, generator=g, device=dev)
 for rows, n, order in [(4, 40960, "any"), (4, 153600, "any"), (16, 1 << 20, "any"), (64, 1 << 20, "any"),
-                       (4, 40960, "rank"), (16, 1 << 20, "rank")]:
+                       (4, 40960, "rank"), (4, 153600, "rank"), (16, 1 << 20, "rank"), (64, 1 << 20, "rank")]:
     xs = x[:rows]
     lengths = torch.full((rows,), n, dtype=torch.int32, device=dev)
     plan = C.plan(rows, 1 << 20, 2048, 0)
@@ -40,3 +40,6 @@ for rows, n, order in [(4, 40960, "any"), (4, 153600, "any"), (16, 1 << 20, "any
     if t[24] > t[21] > t[20] and t[24] - t[20] < 10**7:  # cluster_finish ran after the last pass
         print(f"    finish cycles: scan {t[21] - t[20]}, exchange {t[22] - t[21]}, rank {t[23] - t[22]}, "
               f"write {t[24] - t[23]}", flush=True)
+    if order == "rank" and plan["cluster"] >= 3 and t[28] > t[27] > t[26] > t[25] and t[28] - t[25] < 10**7:  # the spread rank sort ran
+        print(f"    rank spread cycles: collect {t[25] - t[23] if t[25] > t[23] > t[20] else -1}, sort own run "
+              f"{t[26] - t[25]}, copy + barrier {t[27] - t[26]}, rank + write {t[28] - t[27]}", flush=True)

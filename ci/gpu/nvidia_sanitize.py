@@ -64,6 +64,14 @@ if CLUSTER_ONLY:
     chk(small, 2048, lengths=torch.tensor([1 << 17, 100000], dtype=torch.int32, device=dev), order="any")  # streamed
     # sorted rows: every candidate in the last warp's span -> its region overflows -> block-synchronous gather
     chk(torch.sort(small, dim=1)[0], 2048, order="index")
+    # rank order spread over the cluster (C >= 5): runs of ~128 keys counted (C = 16), ~341 keys in
+    # sub-runs merged by binary lifting (C = 6), and a pile-up putting 2048 keys in one block (C = 5:
+    # that run takes sort_ranked); every run copied to every block, ranked against the others
+    pile = small.clone()
+    pile[1, 1000:6000] = 100.0
+    for cl in ("cluster=16", "cluster=6", "cluster=5"):
+        os.environ["SPARSETOPK_NV_PATH"] = cl
+        chk(pile, 2048, lengths=torch.tensor([1 << 17, 100000], dtype=torch.int32, device=dev), order="rank")
     torch.cuda.synchronize()
     print("sanitize workload mismatches:", bad)
     sys.exit(1 if bad else 0)
@@ -119,6 +127,8 @@ if not NO_CLUSTER:
     chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 120000, 9], dtype=torch.int32, device=dev), order="any")
     chk(band, 2048, order="index")
     chk(long.to(torch.bfloat16), 16, order="rank", tie_break="high")
+    os.environ["SPARSETOPK_NV_PATH"] = "cluster=6"  # rank spread: sub-runs merged; long[1]'s pile-up in one block
+    chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 path()
 m = sparsetopk.merge(ii, vv, 64, backend="nvidia-sm100")
 r = sparsetopk.merge(ii, vv, 64, backend="reference")

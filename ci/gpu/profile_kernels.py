@@ -5,8 +5,10 @@
 
 Each shape runs 3 times (ncu reports every launch); compare with the graph
 replay times of `sparsetopk bench` to see the per-call overhead around them.
-Arguments ROWSxWIDTH pick shapes (e.g. `4096x4096`); none: all.
+Arguments ROWSxWIDTH pick shapes (e.g. `4096x4096`); none: all. PROF_ORDER
+sets the order of every shape (default: rank for k <= 64, else any).
 """
+import os
 import sys
 
 import torch
@@ -28,7 +30,7 @@ for rows, width, k, n in SHAPES:
     if pick and f"{rows}x{width}" not in pick:
         continue
     x = torch.randn(rows, width, device="cuda")
-    kw = {"order": "rank" if k <= 64 else "any"}
+    kw = {"order": os.environ.get("PROF_ORDER") or ("rank" if k <= 64 else "any")}
     if n is not None:
         kw["lengths"] = torch.full((rows,), n, dtype=torch.int32, device="cuda")
     for _ in range(3):

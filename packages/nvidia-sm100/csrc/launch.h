@@ -32,6 +32,7 @@ struct TopkParams {
   int warp_gather;    // cluster kernel: per-warp streamed gather (off: SPARSETOPK_NV_PATH=block-gather)
   int cluster_finish;  // cluster kernel: cluster_finish once the bin is small (off: SPARSETOPK_NV_PATH=no-finish)
   int cluster_mbar;    // cluster kernel: histogram exchange by st.async + mbarrier (off: SPARSETOPK_NV_PATH=find-barrier)
+  int rank_spread;     // cluster kernel: rank order sorted by every block (off: SPARSETOPK_NV_PATH=rank-block0)
 };
 
 struct SplitWs {

@@ -958,6 +958,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 bin holds <= 256, cluster_finish)
 //   find-barrier  the cluster select's histogram exchange waits on a cluster
 //                 barrier per pass (default: st.async + mbarrier)
+//   rank-block0   the cluster kernel's rank order: block 0 sorts every key
+//                 (default from C = 5 and 129 keys: every block sorts its own
+//                 and ranks them against the others' runs)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -974,6 +977,7 @@ struct PathOpts {
   bool warp_gather = true;
   bool cluster_finish = true;
   bool cluster_mbar = true;
+  bool rank_spread = true;
 };
 
 // N of a "cluster=N" token with N in 1..16, else 0.
@@ -1012,13 +1016,14 @@ static PathOpts path_opts() {
     else if (t == "legacy-gather") o.legacy_gather = true;
     else if (t == "no-finish") o.cluster_finish = false;
     else if (t == "find-barrier") o.cluster_mbar = false;
+    else if (t == "rank-block0") o.rank_spread = false;
     else if (const int n = cluster_size_token(t); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, cluster, cluster=N, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -1042,6 +1047,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.warp_gather = opt.warp_gather ? 1 : 0;
   p.cluster_finish = opt.cluster_finish ? 1 : 0;
   p.cluster_mbar = opt.cluster_mbar ? 1 : 0;
+  p.rank_spread = opt.rank_spread ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
   // k <= 64: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each

@@ -56,9 +56,11 @@ struct ClusterLayout {
 // 8 C KB at 11).
 constexpr int kCBits = 8;
 constexpr int kCBins = 1 << kCBits;
+// keys of outbuf past out_cap: the rank-order runs' gaps (<= C + 1, cluster_write)
+constexpr int kRunSlack = 32;
 
 __host__ __device__ __forceinline__ size_t cluster_fixed_smem(int out_cap, int C) {
-  return size_t(1 + 2 * C) * kCBins * 4 + size_t(out_cap) * 8;
+  return size_t(1 + 2 * C) * kCBins * 4 + size_t(out_cap + kRunSlack) * 8;
 }
 
 __device__ __forceinline__ ClusterLayout carve_cluster(unsigned char* sm, const TopkParams& p, int C) {
@@ -66,7 +68,7 @@ __device__ __forceinline__ ClusterLayout carve_cluster(unsigned char* sm, const 
   L.h = reinterpret_cast<uint32_t*>(sm);
   L.recv = L.h + kCBins;
   L.outbuf = reinterpret_cast<uint64_t*>(L.recv + 2 * C * kCBins);
-  L.region = reinterpret_cast<unsigned char*>(L.outbuf + p.out_cap);
+  L.region = reinterpret_cast<unsigned char*>(L.outbuf + p.out_cap + kRunSlack);
   return L;
 }
 
@@ -321,36 +323,198 @@ __device__ __forceinline__ int block_sum(int v, BlockScratch& s) {
   return t;
 }
 
+// Rank order spread over the cluster: every block sorts its own keys >= Tk
+// (its run, ~keff / C keys), copies the run to every block, and writes each
+// of its keys at its index in its run plus, for every other run, how many of
+// that run's keys are above it. Runs sit in outbuf at even starts (16-byte
+// copies): run d at start_d = (off_d + d + 1) & ~1. Then start_d + n_d <=
+// start_{d+1}, and when n_d is odd the slot start_d + n_d (the odd half of
+// the run's last pair) is below start_{d+1}: no block's keys.
+// Measured on the H200 (graph replay, fp32 N(0,1), rank, k = 2048; against
+// block 0 sorting every key, same call): 4 x 40K 17.6 vs 24.2 us, 4 x 150K
+// 23.7 vs 30.0, 8 x 1M (C = 9) 55.2 vs 60.2, 16 x 1M (C = 6) 72.0 vs 74.4,
+// 20 x 1M (C = 5) 76.6 vs 80.5; k = 4096 4 x 150K 27.7 vs 38.1. At C = 4
+// (89.4 vs 88.7 us at 24 x 1M) and C = 3 (104.3 vs 103.3 at 32 x 1M) block
+// 0's sort stays (rank_spread).
+
+// Sorts run[0, nb) descending in place (distinct keys; run[nb] is this
+// block's padding when nb is odd). Up to blockDim keys: each key ranked by
+// counting with tpk threads (16-byte loads, conflict-free), past 256 keys
+// within its sub-run of 128, then merged by adding its count of greater keys
+// in each other sub-run (binary lifting; counting all nb keys costs nb^2
+// compares). More keys: sort_ranked through scratch (this block's
+// region, free once src is read).
+__device__ __noinline__ void sort_run(uint64_t* run, int nb, uint64_t* scratch) {
+  if (nb > int(blockDim.x)) {
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) scratch[i] = run[i];
+    __syncthreads();
+    sort_ranked<8>(scratch, nb, [&](int r, uint64_t key) { run[r] = key; });
+    return;
+  }
+  const int L = nb > 256 ? 128 : 256;  // (up to 256 keys: one sub-run, no merge stage)
+  int tpk = 1;
+  while (tpk < 16 && 2 * tpk * nb <= int(blockDim.x)) tpk *= 2;
+  if (threadIdx.x == 0 && (nb & 1)) run[nb] = stk::kInvalidKey;  // the last pair's odd slot: below every key
+  __syncthreads();
+  const int t = int(threadIdx.x), i = t / tpk, sl = t % tpk, s0 = i & -L;  // (i < blockDim)
+  const ulonglong2* pr = reinterpret_cast<const ulonglong2*>(run);
+  uint64_t x = 0;
+  int r = 0;
+  if (i < nb) {
+    x = run[i];
+    const int pe = (min(nb, s0 + L) + 1) >> 1;
+#pragma unroll 4
+    for (int j = (s0 >> 1) + sl; j < pe; j += tpk) {
+      const ulonglong2 v = pr[j];
+      r += int(v.x > x) + int(v.y > x);
+    }
+  }
+  for (int o = 1; o < tpk; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);  // a key's threads: one aligned group
+  __syncthreads();  // every key read
+  if (i < nb && sl == 0) run[s0 + r] = x;
+  if (nb <= L) return;
+  __syncthreads();  // sub-runs of 128 sorted; at most 4 (nb <= 512)
+  constexpr int R = 3;
+  int lo[R], at[R], len[R];
+  if (i < nb) x = run[i];
+#pragma unroll
+  for (int m = 0; m < R; ++m) {
+    int d = sl + m * tpk;
+    d += d >= (s0 / L);  // the other sub-runs
+    at[m] = d * L - 1;
+    len[m] = i < nb ? max(0, min(L, nb - d * L)) : 0;
+    lo[m] = 0;
+  }
+  for (int h = 128; h > 0; h >>= 1) {
+#pragma unroll
+    for (int m = 0; m < R; ++m)
+      if (lo[m] + h <= len[m] && run[at[m] + lo[m] + h] > x) lo[m] += h;
+  }
+  r = sl == 0 ? i - s0 : 0;  // (the lanes' searches are disjoint)
+#pragma unroll
+  for (int m = 0; m < R; ++m) r += lo[m];
+  for (int o = 1; o < tpk; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  __syncthreads();  // every key read
+  if (i < nb && sl == 0) run[r] = x;
+}
+
+// Writes this block's run (sorted, run q of runs) in rank order: a key's
+// rank is its index in the run plus its count of greater keys in each other
+// run (binary lifting, the same trip count in every thread). tpk threads (a
+// power of two <= 16, as many as fit one round) share a key, each searching
+// up to R of the C - 1 other runs side by side.
+template <int R>
+__device__ __noinline__ void rank_runs(const uint64_t* outbuf, const int2* runs, int C, int q, int tpk, int top,
+                                       OutRow out) {
+  const int nb = runs[q].y;
+  for (int b = 0; b < nb * tpk; b += blockDim.x) {  // the same trip count in every thread
+    const int j = b + int(threadIdx.x), i = j / tpk, sl = j % tpk;
+    const uint64_t x = i < nb ? outbuf[runs[q].x + i] : ~0ull;  // (~0: counts nothing)
+    int at[R], len[R], lo[R];
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+      int d = sl + m * tpk;
+      d += d >= q;  // the other runs
+      const bool on = d < C;
+      at[m] = on ? runs[d].x - 1 : 0;
+      len[m] = on ? runs[d].y : 0;
+      lo[m] = 0;
+    }
+    for (int h = top; h > 0; h >>= 1) {
+#pragma unroll
+      for (int m = 0; m < R; ++m)
+        if (lo[m] + h <= len[m] && outbuf[at[m] + lo[m] + h] > x) lo[m] += h;
+    }
+    int r = 0;
+#pragma unroll
+    for (int m = 0; m < R; ++m) r += lo[m];
+    for (int o = 1; o < tpk; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+    if (i < nb && sl == 0) out.put(i + r, x);
+  }
+}
+
+__device__ __forceinline__ void rank_runs(const uint64_t* outbuf, const int2* runs, int C, int q, const OutRow& out) {
+  const int nb = runs[q].y;
+  int longest = 0;
+  for (int d = 0; d < C; ++d) longest = max(longest, d == q ? 0 : runs[d].y);
+  const int top = longest > 0 ? 1 << (31 - __clz(longest)) : 0;  // lifts from top down cover lengths < 2 top
+  int tpk = 1;
+  while (tpk < 16 && 2 * tpk * nb <= int(blockDim.x)) tpk *= 2;
+  if (C - 1 <= 4 * tpk)
+    rank_runs<4>(outbuf, runs, C, q, tpk, top, out);
+  else if (C - 1 <= 8 * tpk)
+    rank_runs<8>(outbuf, runs, C, q, tpk, top, out);
+  else
+    rank_runs<16>(outbuf, runs, C, q, tpk, top, out);
+}
+
 // Writes the keys >= Tk of this block's src at off, off + 1, ... (index
-// order; "rank": into block 0's outbuf, which block 0 sorts), and block 0
-// pads from keff. Ends with a cluster barrier after its last DSMEM access.
+// order), and block 0 pads from keff. Rank order: spread over the cluster
+// (above) where C >= 5 and keff > 128, else the blocks write their keys into
+// block 0's outbuf and block 0 sorts them (write_ranked). Ends with a
+// cluster barrier after its last DSMEM access.
+__device__ __forceinline__ bool rank_spread(const TopkParams& p, int C, int keff) {
+  return p.order == stk::kOrderRank && p.rank_spread && C >= 5 && keff > 128;
+}
+
 template <class Src>
 __device__ void cluster_write(const cg::cluster_group& cl, const Src& src, uint64_t Tk, int off, int keff,
-                              const TopkParams& p, const OutRow& out, uint64_t* outbuf, BlockScratch& s) {
-  if (p.order == stk::kOrderRank) {
+                              const TopkParams& p, const OutRow& out, uint64_t* outbuf, uint64_t* scratch,
+                              BlockScratch& s) {
+  const int C = int(cl.num_blocks()), q = int(cl.block_rank());
+  if (rank_spread(p, C, keff)) {
+    __shared__ int2 runs[16];  // every block's (start, n)
+    __shared__ int nb_s;
+    const int start = (off + q + 1) & ~1;
+    uint64_t* const run = outbuf + start;
+    if (threadIdx.x == 0) nb_s = 0;
+    __syncthreads();
+    // (arrival order: the run is sorted next)
+    // (kept during cluster_finish's scan instead, the keys above its bin
+    // cost that scan as much as this one: 4 x 40K k=2048 scan 1685 -> 2784
+    // cycles, this 1896 -> 873; not kept)
+    const int64_t step = int64_t(blockDim.x) * kItems;
+    for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
+      uint64_t key[kItems];
+      const uint32_t m = src.load(gs, key);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+        if (((m >> i) & 1u) && key[i] >= Tk) run[atomicAdd(&nb_s, 1)] = key[i];
+    }
+    __syncthreads();
+    const int nb = nb_s;
+    cluster_clock(p.stamps != 0, 9);
+    sort_run(run, nb, scratch);
+    __syncthreads();
+    cluster_clock(p.stamps != 0, 10);
+    const int np = (nb + 1) >> 1;  // 16-byte pairs (the last one's odd slot is padding)
+    const ulonglong2* pr = reinterpret_cast<const ulonglong2*>(run);
+    for (int j = threadIdx.x; j < np * (C - 1); j += blockDim.x) {
+      const int dd = j / np, i = j - dd * np;
+      *cl.map_shared_rank(const_cast<ulonglong2*>(pr) + i, dd + (dd >= q)) = pr[i];
+    }
+    if (int(threadIdx.x) < C) *cl.map_shared_rank(runs + q, int(threadIdx.x)) = make_int2(start, nb);
+    cl.sync();  // every run in every block; no DSMEM access after this
+    cluster_clock(p.stamps != 0, 11);
+    rank_runs(outbuf, runs, C, q, out);
+    cluster_clock(p.stamps != 0, 12);
+  } else if (p.order == stk::kOrderRank) {
     uint64_t* ob0 = cl.map_shared_rank(outbuf, 0);
     compact_pass(src, Tk, s, [&](int pos, uint64_t key) { ob0[off + pos] = key; });
     cl.sync();  // block 0's list complete; no DSMEM access after this
-    // (block 0 sorts. Measured on the H200, not kept: copying block 0's list
-    // to every block for a rank by counting, slower (block 0's DSMEM port:
-    // ci/gpu/dsmem_probe.cu "funnel"); every block sorting its own keys,
-    // copying its run to every block and ranking its keys by binary search
-    // in the other runs, 4 x 40K k=2048 22.1 vs 23.9 us, 4 x 150K k=4096
-    // 34.8 vs 37.4, 16 x 1M 73.1 vs 73.5, 64 x 1M (C = 2) 136.5 vs 133.7:
-    // its write phase still took ~18000 cycles, not understood)
-    if (cl.block_rank() == 0) write_ranked<8>(outbuf, keff, out);
+    if (q == 0) write_ranked<8>(outbuf, keff, out);
   } else {
     // no DSMEM access after the caller's exchange: no block waits for another
     compact_pass(src, Tk, s, [&](int pos, uint64_t key) { out.put(off + pos, key); });
   }
-  if (cl.block_rank() == 0) out.pad(keff);
+  if (q == 0) out.pad(keff);
 }
 
 // Writes the keys >= Tk of every block's src (keff = min(n, k) of them), then
 // the padding: counts them, one exchange for the offsets, cluster_write.
 template <class Src>
 __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint64_t Tk, const TopkParams& p,
-                               const OutRow& out, uint64_t* outbuf, BlockScratch& s, int* slots) {
+                               const OutRow& out, uint64_t* outbuf, uint64_t* scratch, BlockScratch& s, int* slots) {
   int mine = 0;
   const int64_t step = int64_t(blockDim.x) * kItems;
   for (int64_t gs = src.first() + int64_t(threadIdx.x) * kItems; gs < src.end(); gs += step) {
@@ -360,7 +524,7 @@ __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint
     for (int i = 0; i < kItems; ++i) mine += ((m >> i) & 1u) && key[i] >= Tk;
   }
   cluster_exchange(cl, block_sum(mine, s), slots, s);
-  cluster_write(cl, src, Tk, s.flag, s.count, p, out, outbuf, s);
+  cluster_write(cl, src, Tk, s.flag, s.count, p, out, outbuf, scratch, s);
 }
 
 // Bin keys cluster_finish can take: its buffer is half of recv (C x kCBins
@@ -384,7 +548,7 @@ __host__ __device__ __forceinline__ int cluster_fin_cap(int C) { return min(256,
 template <class Src>
 __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, const ClusterSel& sel, const TopkParams& p,
                                const OutRow& out, uint64_t* fin, int* fin_n, uint64_t* tk, uint64_t* fbar,
-                               uint64_t* outbuf, BlockScratch& s, int* slots) {
+                               uint64_t* outbuf, uint64_t* scratch, BlockScratch& s, int* slots) {
   const int C = int(cl.num_blocks()), q = int(cl.block_rank());
   const int sh = 64 - sel.depth;  // depth >= kCBits
   const uint64_t top = sel.prefix >> sh;
@@ -451,7 +615,7 @@ __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, cons
   }
   __syncthreads();  // block_sum's s.warp is rewritten by the compaction's scans
   cluster_clock(stamps, 7);
-  cluster_write(cl, src, Tk, off, keff, p, out, outbuf, s);
+  cluster_write(cl, src, Tk, off, keff, p, out, outbuf, scratch, s);
   cluster_clock(stamps, 8);
 }
 
@@ -774,6 +938,7 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
   ClusterLayout L = carve_cluster(smem, p, C);
+  uint64_t* const scratch = reinterpret_cast<uint64_t*>(L.region);  // (rank order, once src is read)
   using raw = typename Scalar<T>::raw;
   const raw* base = row_scores<T>(p, r, g);
   const int64_t n = c.n;
@@ -802,9 +967,10 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
     STK_STAMP(5);
     if (sel.E <= fin_cap) {
       uint64_t* const fin = reinterpret_cast<uint64_t*>(L.recv + sel.fin_half * C * kCBins);
-      cluster_finish(cl, src, sel, p, out, fin, &fin_n, &fin_tk, xch.mbar ? &fbar : nullptr, L.outbuf, s, xslot[0]);
+      cluster_finish(cl, src, sel, p, out, fin, &fin_n, &fin_tk, xch.mbar ? &fbar : nullptr, L.outbuf, scratch, s,
+                     xslot[0]);
     } else {
-      cluster_output(cl, src, sel.prefix, p, out, L.outbuf, s, xslot[0]);
+      cluster_output(cl, src, sel.prefix, p, out, L.outbuf, scratch, s, xslot[0]);
     }
   };
   // DSMEM may be accessed only once every block of the cluster runs: arrive
@@ -842,7 +1008,7 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
     if (n > p.k)
       select_write(rs, true, p.cluster_finish ? cluster_fin_cap(C) : 0);
     else  // (uniform) every valid key, Tk = 1
-      cluster_output(cl, rs, 1ull, p, out, L.outbuf, s, xslot[0]);
+      cluster_output(cl, rs, 1ull, p, out, L.outbuf, scratch, s, xslot[0]);
     STK_STAMP(6);
     return;
   }

@@ -396,7 +396,7 @@ def test_cluster_finish_signed_zero(path, dtype):
             _check_orders(x.to(dtype), k, lens, g, m)
 
 
-@pytest.mark.parametrize("path", ["auto", "rows", "cluster", "cluster=3", "split"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "rows", "cluster", "cluster=3", "cluster,rank-block0", "split"], indirect=True)
 @pytest.mark.parametrize("width", [3000, 20000, 70000])
 def test_rank_sort_sizes(path, width):
     """Rank order's block sort (write_ranked: counting up to 64 keys, else a
@@ -414,3 +414,25 @@ def test_rank_sort_sizes(path, width):
         for j, k in enumerate((65, 128, 129, 256, 257, 511, 1000, 2048, 2049, 4096)):
             if k <= width:
                 _check(x, k, lengths=lengths, order="rank", tie_break=("low", "high")[j % 2])
+
+
+@pytest.mark.parametrize("path", ["cluster=4", "cluster=5", "cluster=7", "cluster=10", "cluster=16", "cluster=16,no-finish",
+                                  "cluster=5,find-barrier", "cluster=16,rank-block0"], indirect=True)
+@pytest.mark.parametrize("kind", ["normal", "blocky", "sorted", "const", "specials", "band_bf16ties"])
+def test_rank_spread(path, kind):
+    """Rank order spread over the cluster (C >= 5, more than 128 keys; C = 4
+    and rank-block0 take block 0's sort of every key): every
+    block sorts its own keys (by counting up to 512 of them, else the
+    register bitonic sort), copies its run to every block, and ranks its keys
+    against the other runs by binary lifting. Runs of every size: empty
+    (blocky and sorted rows put every key in one or two blocks: a run past
+    512 keys), odd and even (the 16-byte copy's odd slot), one key; 5 to 16
+    blocks (several threads per key, several runs each); resident rows and
+    streamed ones (width past C x ~46K), lengths below k, both tie rules."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|spread".encode()))
+    for width, lens in ((20000, [20000, 19999, 129, 130, 2049, 7777]), (800000, [800000, 700001, 4095])):
+        x = _dirty(_data(kind, len(lens), width, torch.float32, g), lens, g).to(dev)
+        lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+        for j, k in enumerate((129, 200, 1000, 2048, 4096)):
+            _check(x, k, lengths=lengths, order="rank", tie_break=("low", "high")[j % 2])
