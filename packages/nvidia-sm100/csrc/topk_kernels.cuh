@@ -683,7 +683,7 @@ struct OutRow {
 // caller's register budget allows (8 spills under the 1024-thread kernels'
 // 64 registers).
 template <int MaxE, class Put>
-__device__ __noinline__ void sort_ranked(uint64_t* buf, int n, Put put) {
+__device__ __forceinline__ void sort_ranked(uint64_t* buf, int n, Put put) {
   if (n <= 64) {
     // rank by counting: keys are distinct
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -715,7 +715,7 @@ __device__ __noinline__ void sort_ranked(uint64_t* buf, int n, Put put) {
 
 // Writes the keff distinct keys of outbuf (as sort_ranked's buf) in rank order.
 template <int MaxE = 4>
-__device__ __forceinline__ void write_ranked(uint64_t* outbuf, int keff, const OutRow& out) {
+__device__ __noinline__ void write_ranked(uint64_t* outbuf, int keff, OutRow out) {
   sort_ranked<MaxE>(outbuf, keff, [&](int r, uint64_t key) { out.put(r, key); });
 }
 
