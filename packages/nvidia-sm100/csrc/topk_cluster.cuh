@@ -342,13 +342,18 @@ __device__ __forceinline__ int block_sum(int v, BlockScratch& s) {
 // counting with tpk threads (16-byte loads, conflict-free), past 256 keys
 // within its sub-run of 128, then merged by adding its count of greater keys
 // in each other sub-run (binary lifting; counting all nb keys costs nb^2
-// compares). More keys: sort_ranked through scratch (this block's
-// region, free once src is read).
+// compares). More keys (skewed rows: most of the row's keys in one block):
+// the shared-memory bitonic sort through scratch (this block's region, free
+// once src is read; next_pow2(nb) <= out_cap keys). (Through write_ranked's
+// register sort instead, the refactor that shared it kept every kernel's
+// output row on the stack: LDL per output key, prefill 9% slower.)
 __device__ __noinline__ void sort_run(uint64_t* run, int nb, uint64_t* scratch) {
   if (nb > int(blockDim.x)) {
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) scratch[i] = run[i];
+    const int P = next_pow2(nb);
+    for (int i = threadIdx.x; i < P; i += blockDim.x) scratch[i] = i < nb ? run[i] : stk::kInvalidKey;
     __syncthreads();
-    sort_ranked<8>(scratch, nb, [&](int r, uint64_t key) { run[r] = key; });
+    bitonic_sort(scratch, P, true);
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) run[i] = scratch[i];
     return;
   }
   const int L = nb > 256 ? 128 : 256;  // (up to 256 keys: one sub-run, no merge stage)

@@ -675,48 +675,42 @@ struct OutRow {
   }
 };
 
-// Sorts the n distinct keys of buf (shared memory, capacity next_pow2(n),
-// complete: the caller synced) and calls put(rank, key) for each, rank 0 the
-// largest. (Tried, measured slower on the H200: warp-sorted runs of 256 keys
-// merged level by level with a binary search per key, 28.2 vs 23.6 us at 4 x
-// 40K k=2048 rank, 232 vs 209 at 1024 x 16K.) MaxE: keys per thread the
+// Writes the keff distinct keys of outbuf (shared memory, capacity
+// next_pow2(keff), complete: the caller synced) in rank order.
+// (Tried, measured slower on the H200: warp-sorted runs of 256 keys merged
+// level by level with a binary search per key, 28.2 vs 23.6 us at 4 x 40K
+// k=2048 rank, 232 vs 209 at 1024 x 16K.) MaxE: keys per thread the
 // caller's register budget allows (8 spills under the 1024-thread kernels'
 // 64 registers).
-template <int MaxE, class Put>
-__device__ __forceinline__ void sort_ranked(uint64_t* buf, int n, Put put) {
-  if (n <= 64) {
+template <int MaxE = 4>
+__device__ __noinline__ void write_ranked(uint64_t* outbuf, int keff, const OutRow& out) {
+  if (keff <= 64) {
     // rank by counting: keys are distinct
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const uint64_t x = buf[i];
+    for (int i = threadIdx.x; i < keff; i += blockDim.x) {
+      const uint64_t x = outbuf[i];
       int r = 0;
-      for (int j = 0; j < n; ++j) r += buf[j] > x;
-      put(r, x);
+      for (int j = 0; j < keff; ++j) r += outbuf[j] > x;
+      out.put(r, x);
     }
   } else {
-    const int P = next_pow2(n);  // >= 128
-    for (int i = n + threadIdx.x; i < P; i += blockDim.x) buf[i] = stk::kInvalidKey;
+    const int P = next_pow2(keff);  // >= 128
+    for (int i = keff + threadIdx.x; i < P; i += blockDim.x) outbuf[i] = stk::kInvalidKey;
     __syncthreads();
-    const auto sink = [&](int e, uint64_t key) {
-      if (e < n) put(e, key);
+    const auto put = [&](int e, uint64_t key) {
+      if (e < keff) out.put(e, key);
     };
     // 8 keys per thread where allowed, from 512 keys on (P = 4096 on 512
     // threads had taken the shared-memory sort: 4 x 150K k=4096 rank 55.1 ->
     // 37.4 us), else 4 (P >= 128: whole warps)
     if (MaxE >= 8 && P >= 512 && P <= 8 * int(blockDim.x)) {
-      bitonic_sort_regs<8>(buf, P, true, sink);
+      bitonic_sort_regs<8>(outbuf, P, true, put);
     } else if (P <= 4 * int(blockDim.x)) {
-      bitonic_sort_regs<4>(buf, P, true, sink);
+      bitonic_sort_regs<4>(outbuf, P, true, put);
     } else {  // (more than MaxE keys per thread)
-      bitonic_sort(buf, P, true);
-      for (int i = threadIdx.x; i < n; i += blockDim.x) put(i, buf[i]);
+      bitonic_sort(outbuf, P, true);
+      for (int i = threadIdx.x; i < keff; i += blockDim.x) out.put(i, outbuf[i]);
     }
   }
-}
-
-// Writes the keff distinct keys of outbuf (as sort_ranked's buf) in rank order.
-template <int MaxE = 4>
-__device__ __noinline__ void write_ranked(uint64_t* outbuf, int keff, OutRow out) {
-  sort_ranked<MaxE>(outbuf, keff, [&](int r, uint64_t key) { out.put(r, key); });
 }
 
 // Writes the keys >= T of src (keff of them) in the requested order, then the
