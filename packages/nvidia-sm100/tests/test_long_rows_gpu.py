@@ -421,14 +421,15 @@ def test_rank_sort_sizes(path, width):
 @pytest.mark.parametrize("kind", ["normal", "blocky", "sorted", "const", "specials", "band_bf16ties"])
 def test_rank_spread(path, kind):
     """Rank order spread over the cluster (C >= 5, more than 128 keys; C = 4
-    and rank-block0 take block 0's sort of every key): every
-    block sorts its own keys (by counting up to 512 of them, else the
-    register bitonic sort), copies its run to every block, and ranks its keys
-    against the other runs by binary lifting. Runs of every size: empty
-    (blocky and sorted rows put every key in one or two blocks: a run past
-    512 keys), odd and even (the 16-byte copy's odd slot), one key; 5 to 16
-    blocks (several threads per key, several runs each); resident rows and
-    streamed ones (width past C x ~46K), lengths below k, both tie rules."""
+    and rank-block0 take block 0's sort of every key): every block sorts its
+    own keys (by counting up to 512 of them, in sub-runs of 128 past 256;
+    else the shared-memory bitonic sort), copies its run to every block, and
+    ranks its keys against the other runs by binary lifting. Runs of every
+    size: empty (blocky and sorted rows put every key in one or two blocks: a
+    run past 512 keys), odd and even (the 16-byte copy's odd slot), one key;
+    5 to 16 blocks (several threads per key, several runs each); resident
+    rows and streamed ones (width past C x ~46K), lengths below k, both tie
+    rules."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|spread".encode()))
     for width, lens in ((20000, [20000, 19999, 129, 130, 2049, 7777]), (800000, [800000, 700001, 4095])):
