@@ -337,6 +337,34 @@ __device__ __forceinline__ int block_sum(int v, BlockScratch& s) {
 // (89.4 vs 88.7 us at 24 x 1M) and C = 3 (104.3 vs 103.3 at 32 x 1M) block
 // 0's sort stays (rank_spread).
 
+// Threads sharing one of n keys: the largest power of two <= 16 whose
+// tpk * n keys fit one round of the block.
+__device__ __forceinline__ int threads_per_key(int n) {
+  int tpk = 1;
+  while (tpk < 16 && 2 * tpk * n <= int(blockDim.x)) tpk *= 2;
+  return tpk;
+}
+
+// How many keys of R descending runs are greater than x: run m is
+// buf[at[m] + 1, at[m] + len[m]]; binary lifting from h = top down (lengths
+// below 2 top), the same trip count in every thread, the runs side by side.
+template <int R>
+__device__ __forceinline__ int count_greater(const uint64_t* buf, const int (&at)[R], const int (&len)[R], int top,
+                                             uint64_t x) {
+  int lo[R];
+#pragma unroll
+  for (int m = 0; m < R; ++m) lo[m] = 0;
+  for (int h = top; h > 0; h >>= 1) {
+#pragma unroll
+    for (int m = 0; m < R; ++m)
+      if (lo[m] + h <= len[m] && buf[at[m] + lo[m] + h] > x) lo[m] += h;
+  }
+  int r = 0;
+#pragma unroll
+  for (int m = 0; m < R; ++m) r += lo[m];
+  return r;
+}
+
 // Sorts run[0, nb) descending in place (distinct keys; run[nb] is this
 // block's padding when nb is odd). Up to blockDim keys: each key ranked by
 // counting with tpk threads (16-byte loads, conflict-free), past 256 keys
@@ -357,8 +385,7 @@ __device__ __noinline__ void sort_run(uint64_t* run, int nb, uint64_t* scratch) 
     return;
   }
   const int L = nb > 256 ? 128 : 256;  // (up to 256 keys: one sub-run, no merge stage)
-  int tpk = 1;
-  while (tpk < 16 && 2 * tpk * nb <= int(blockDim.x)) tpk *= 2;
+  const int tpk = threads_per_key(nb);
   if (threadIdx.x == 0 && (nb & 1)) run[nb] = stk::kInvalidKey;  // the last pair's odd slot: below every key
   __syncthreads();
   const int t = int(threadIdx.x), i = t / tpk, sl = t % tpk, s0 = i & -L;  // (i < blockDim)
@@ -380,7 +407,7 @@ __device__ __noinline__ void sort_run(uint64_t* run, int nb, uint64_t* scratch) 
   if (nb <= L) return;
   __syncthreads();  // sub-runs of 128 sorted; at most 4 (nb <= 512)
   constexpr int R = 3;
-  int lo[R], at[R], len[R];
+  int at[R], len[R];
   if (i < nb) x = run[i];
 #pragma unroll
   for (int m = 0; m < R; ++m) {
@@ -388,16 +415,8 @@ __device__ __noinline__ void sort_run(uint64_t* run, int nb, uint64_t* scratch) 
     d += d >= (s0 / L);  // the other sub-runs
     at[m] = d * L - 1;
     len[m] = i < nb ? max(0, min(L, nb - d * L)) : 0;
-    lo[m] = 0;
   }
-  for (int h = 128; h > 0; h >>= 1) {
-#pragma unroll
-    for (int m = 0; m < R; ++m)
-      if (lo[m] + h <= len[m] && run[at[m] + lo[m] + h] > x) lo[m] += h;
-  }
-  r = sl == 0 ? i - s0 : 0;  // (the lanes' searches are disjoint)
-#pragma unroll
-  for (int m = 0; m < R; ++m) r += lo[m];
+  r = (sl == 0 ? i - s0 : 0) + count_greater<R>(run, at, len, 128, x);  // (the lanes' searches are disjoint)
   for (int o = 1; o < tpk; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
   __syncthreads();  // every key read
   if (i < nb && sl == 0) run[r] = x;
@@ -415,7 +434,7 @@ __device__ __noinline__ void rank_runs(const uint64_t* outbuf, const int2* runs,
   for (int b = 0; b < nb * tpk; b += blockDim.x) {  // the same trip count in every thread
     const int j = b + int(threadIdx.x), i = j / tpk, sl = j % tpk;
     const uint64_t x = i < nb ? outbuf[runs[q].x + i] : ~0ull;  // (~0: counts nothing)
-    int at[R], len[R], lo[R];
+    int at[R], len[R];
 #pragma unroll
     for (int m = 0; m < R; ++m) {
       int d = sl + m * tpk;
@@ -423,16 +442,8 @@ __device__ __noinline__ void rank_runs(const uint64_t* outbuf, const int2* runs,
       const bool on = d < C;
       at[m] = on ? runs[d].x - 1 : 0;
       len[m] = on ? runs[d].y : 0;
-      lo[m] = 0;
     }
-    for (int h = top; h > 0; h >>= 1) {
-#pragma unroll
-      for (int m = 0; m < R; ++m)
-        if (lo[m] + h <= len[m] && outbuf[at[m] + lo[m] + h] > x) lo[m] += h;
-    }
-    int r = 0;
-#pragma unroll
-    for (int m = 0; m < R; ++m) r += lo[m];
+    int r = count_greater<R>(outbuf, at, len, top, x);
     for (int o = 1; o < tpk; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
     if (i < nb && sl == 0) out.put(i + r, x);
   }
@@ -443,8 +454,7 @@ __device__ __forceinline__ void rank_runs(const uint64_t* outbuf, const int2* ru
   int longest = 0;
   for (int d = 0; d < C; ++d) longest = max(longest, d == q ? 0 : runs[d].y);
   const int top = longest > 0 ? 1 << (31 - __clz(longest)) : 0;  // lifts from top down cover lengths < 2 top
-  int tpk = 1;
-  while (tpk < 16 && 2 * tpk * nb <= int(blockDim.x)) tpk *= 2;
+  const int tpk = threads_per_key(nb);
   if (C - 1 <= 4 * tpk)
     rank_runs<4>(outbuf, runs, C, q, tpk, top, out);
   else if (C - 1 <= 8 * tpk)
@@ -453,15 +463,17 @@ __device__ __forceinline__ void rank_runs(const uint64_t* outbuf, const int2* ru
     rank_runs<16>(outbuf, runs, C, q, tpk, top, out);
 }
 
-// Writes the keys >= Tk of this block's src at off, off + 1, ... (index
-// order), and block 0 pads from keff. Rank order: spread over the cluster
-// (above) where C >= 5 and keff > 128, else the blocks write their keys into
-// block 0's outbuf and block 0 sorts them (write_ranked). Ends with a
-// cluster barrier after its last DSMEM access.
+// Whether rank order is spread over the cluster (above; measured no faster
+// at C <= 4, and a block-0 sort of <= 128 keys is short).
 __device__ __forceinline__ bool rank_spread(const TopkParams& p, int C, int keff) {
   return p.order == stk::kOrderRank && p.rank_spread && C >= 5 && keff > 128;
 }
 
+// Writes the keys >= Tk of this block's src at off, off + 1, ... (index
+// order), and block 0 pads from keff. Rank order: spread over the cluster
+// (above) where rank_spread, else the blocks write their keys into block
+// 0's outbuf and block 0 sorts them (write_ranked). Ends with a cluster
+// barrier after its last DSMEM access.
 template <class Src>
 __device__ void cluster_write(const cg::cluster_group& cl, const Src& src, uint64_t Tk, int off, int keff,
                               const TopkParams& p, const OutRow& out, uint64_t* outbuf, uint64_t* scratch,
