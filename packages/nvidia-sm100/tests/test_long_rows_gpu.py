@@ -418,7 +418,7 @@ def test_rank_sort_sizes(path, width):
 
 @pytest.mark.parametrize("path", ["cluster=4", "cluster=5", "cluster=7", "cluster=10", "cluster=16", "cluster=16,no-finish",
                                   "cluster=5,find-barrier", "cluster=16,rank-block0"], indirect=True)
-@pytest.mark.parametrize("kind", ["normal", "blocky", "sorted", "const", "specials", "band_bf16ties"])
+@pytest.mark.parametrize("kind", ["normal", "blocky", "sorted", "const", "specials", "band", "band_bf16ties"])
 def test_rank_spread(path, kind):
     """Rank order spread over the cluster (C >= 5, more than 128 keys; C = 4
     and rank-block0 take block 0's sort of every key): every block sorts its
@@ -429,7 +429,8 @@ def test_rank_spread(path, kind):
     run past 512 keys), odd and even (the 16-byte copy's odd slot), one key;
     5 to 16 blocks (several threads per key, several runs each); resident
     rows and streamed ones (width past C x ~46K), lengths below k, both tie
-    rules."""
+    rules, narrow bands, and a shard view and forced columns (keys whose
+    index word is not the column)."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|spread".encode()))
     for width, lens in ((20000, [20000, 19999, 129, 130, 2049, 7777]), (800000, [800000, 700001, 4095])):
@@ -437,3 +438,5 @@ def test_rank_spread(path, kind):
         lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
         for j, k in enumerate((129, 200, 1000, 2048, 4096)):
             _check(x, k, lengths=lengths, order="rank", tie_break=("low", "high")[j % 2])
+        _check(x, 2048, lengths=lengths, index_scale=3, index_offset=2, order="rank", tie_break="high")
+        _check(x, 2048, lengths=lengths, force_begin=4, force_end=100, order="rank")  # first 4, last 100 forced
