@@ -66,7 +66,7 @@ if CLUSTER_ONLY:
     chk(torch.sort(small, dim=1)[0], 2048, order="index")
     # rank order spread over the cluster (C >= 5): runs of ~128 keys counted (C = 16), ~341 keys in
     # sub-runs merged by binary lifting (C = 6), and a pile-up putting 2048 keys in one block (C = 5:
-    # that run takes sort_ranked); every run copied to every block, ranked against the others
+    # that run takes the shared-memory bitonic sort); every run copied to every block, ranked against the others
     pile = small.clone()
     pile[1, 1000:6000] = 100.0
     for cl in ("cluster=16", "cluster=6", "cluster=5"):
