@@ -281,6 +281,54 @@ __device__ __forceinline__ int block_excl_scan(int v, BlockScratch& s, int* tota
   return r;
 }
 
+__device__ __forceinline__ uint32_t warp_shfl_xor(uint32_t v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ uint64_t warp_shfl_xor(uint64_t v, int m) {
+  const uint32_t lo = __shfl_xor_sync(0xffffffffu, uint32_t(v), m);
+  const uint32_t hi = __shfl_xor_sync(0xffffffffu, uint32_t(v >> 32), m);
+  return (uint64_t(hi) << 32) | lo;
+}
+
+template <typename V>
+__device__ __forceinline__ V vmax(V a, V b) { return a > b ? a : b; }
+template <typename V>
+__device__ __forceinline__ V vmin(V a, V b) { return a < b ? a : b; }
+
+// Bitonic sort of 32*P values (32- or 64-bit) held P per lane (element
+// e = lane*P + p). DESC: element 0 ends up the largest.
+template <int P, bool DESC, typename V>
+__device__ __forceinline__ void warp_bitonic(V (&v)[P]) {
+  const int lane = threadIdx.x & 31;
+  constexpr int N = 32 * P;
+#pragma unroll
+  for (int s = 2; s <= N; s <<= 1) {
+#pragma unroll
+    for (int d = s >> 1; d > 0; d >>= 1) {
+      if (d >= P) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int e = lane * P + p;
+          const V o = warp_shfl_xor(v[p], d / P);
+          const bool up = ((e & s) == 0) == DESC;  // this block ends descending
+          const bool keep_max = ((e & d) == 0) == up;
+          v[p] = keep_max ? vmax(v[p], o) : vmin(v[p], o);
+        }
+      } else {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if ((p & d) == 0) {
+            const int q = p | d;
+            const int e = lane * P + p;
+            const bool up = ((e & s) == 0) == DESC;
+            const V hi = vmax(v[p], v[q]), lo = vmin(v[p], v[q]);
+            v[p] = up ? hi : lo;
+            v[q] = up ? lo : hi;
+          }
+        }
+      }
+    }
+  }
+}
+
 // A lower bound T > 0 of the k-th largest of the block's per-thread values v
 // (0 = none): at least k values are >= T; 0 when no bound is found. The
 // threads holding a value are a prefix of the block; `nf` warps are full
@@ -306,17 +354,9 @@ __device__ __forceinline__ uint32_t block_bound(uint32_t v, int k, int nf, uint3
         if (lane == __ffs(who) - 1) x = 0;  // one copy of the maximum leaves
       }
     } else {
-#pragma unroll
-      for (int size = 2; size <= 32; size <<= 1) {
-#pragma unroll
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-          const uint32_t o = __shfl_xor_sync(0xffffffffu, v, stride);
-          const bool desc = (lane & size) == 0;  // all lanes at size 32: descending
-          const bool lower = (lane & stride) == 0;
-          v = (lower == desc) ? max(v, o) : min(v, o);
-        }
-      }
-      t = __shfl_sync(0xffffffffu, v, q - 1);
+      uint32_t s[1] = {v};
+      warp_bitonic<1, true>(s);  // lane i: the (i+1)-th largest
+      t = __shfl_sync(0xffffffffu, s[0], q - 1);
     }
     if (lane == 0) wb[w] = t;
   }

@@ -43,56 +43,7 @@ constexpr int kWarpChunk = 1024; // columns per chunk per warp
 constexpr int kWarpElems = 32;   // elements per lane per chunk
 constexpr int kWarpMaxWpb = 4;   // warps per block, at most
 
-__device__ __forceinline__ uint64_t shfl_xor64(uint64_t v, int m) {
-  const uint32_t lo = __shfl_xor_sync(0xffffffffu, uint32_t(v), m);
-  const uint32_t hi = __shfl_xor_sync(0xffffffffu, uint32_t(v >> 32), m);
-  return (uint64_t(hi) << 32) | lo;
-}
-
-__device__ __forceinline__ uint64_t shfl64(uint64_t v, int src) {
-  const uint32_t lo = __shfl_sync(0xffffffffu, uint32_t(v), src);
-  const uint32_t hi = __shfl_sync(0xffffffffu, uint32_t(v >> 32), src);
-  return (uint64_t(hi) << 32) | lo;
-}
-
 __device__ __forceinline__ uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
-__device__ __forceinline__ uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
-// Bitonic sort of 32*P values held P per lane (element e = lane*P + p).
-// DESC: element 0 ends up the largest.
-template <int P, bool DESC>
-__device__ __forceinline__ void warp_bitonic(uint64_t (&v)[P]) {
-  const int lane = threadIdx.x & 31;
-  constexpr int N = 32 * P;
-#pragma unroll
-  for (int s = 2; s <= N; s <<= 1) {
-#pragma unroll
-    for (int d = s >> 1; d > 0; d >>= 1) {
-      if (d >= P) {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const int e = lane * P + p;
-          const uint64_t o = shfl_xor64(v[p], d / P);
-          const bool up = ((e & s) == 0) == DESC;  // this block ends descending
-          const bool keep_max = ((e & d) == 0) == up;
-          v[p] = keep_max ? max64(v[p], o) : min64(v[p], o);
-        }
-      } else {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          if ((p & d) == 0) {
-            const int q = p | d;
-            const int e = lane * P + p;
-            const bool up = ((e & s) == 0) == DESC;
-            const uint64_t hi = max64(v[p], v[q]), lo = min64(v[p], v[q]);
-            v[p] = up ? hi : lo;
-            v[q] = up ? lo : hi;
-          }
-        }
-      }
-    }
-  }
-}
 
 __device__ __forceinline__ int warp_incl_scan(int x) {
   const int lane = threadIdx.x & 31;
@@ -475,11 +426,11 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
     int p0 = 0, p1 = 0;
     // the kk-th key: entry of rank kk-1
     uint64_t tk = (lane < S && r0 == kk - 1) ? x0 : ((lane + 32 < S && r1 == kk - 1) ? x1 : 0ull);
-    tk = max64(tk, shfl_xor64(tk, 1));
-    tk = max64(tk, shfl_xor64(tk, 2));
-    tk = max64(tk, shfl_xor64(tk, 4));
-    tk = max64(tk, shfl_xor64(tk, 8));
-    tk = max64(tk, shfl_xor64(tk, 16));
+    tk = max64(tk, warp_shfl_xor(tk, 1));
+    tk = max64(tk, warp_shfl_xor(tk, 2));
+    tk = max64(tk, warp_shfl_xor(tk, 4));
+    tk = max64(tk, warp_shfl_xor(tk, 8));
+    tk = max64(tk, warp_shfl_xor(tk, 16));
     for (int q = 0; q < S; ++q) {
       const uint64_t y = buf[q];
       const uint32_t jy = stk::key_index(y, tie);
