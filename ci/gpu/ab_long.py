@@ -1,10 +1,14 @@
-"""A/B timing of SPARSETOPK_NV_PATH values on the long-row anchor cells only
-(k = 2048 or AB_K, stride 1M, per-row lengths), interleaved per cell and repeated, so
-that drift hits every path alike. Same timer as `sparsetopk bench`: CUDA-graph
-replay over rotating buffers past L2, median per call.
+"""A/B timing of SPARSETOPK_NV_PATH values on anchor cells, interleaved per cell and
+repeated, so that drift hits every path alike. Same timer as `sparsetopk bench`:
+CUDA-graph replay over rotating buffers past L2, median per call.
 
-    python ci/gpu/ab_long.py auto no-cluster cluster=4       (fp32 N(0,1), order any)
+Long rows (default: k = 2048 or AB_K, stride 1M, per-row lengths, order any):
+    python ci/gpu/ab_long.py auto no-cluster cluster=4       (fp32 N(0,1))
     AB_CELLS=4x40960,64x1048576 AB_ORDER=rank AB_DTYPE=bfloat16 python ci/gpu/ab_long.py auto
+Full-width rows (AB_FULL=1: the decode anchors, k = 16, order rank):
+    AB_FULL=1 python ci/gpu/ab_long.py auto block
+Builds are compared by reinstalling between runs in one device call (H200s lent on
+different days differ by a few percent): AB_LABEL names the build in the header.
 """
 import os
 import sys
@@ -17,22 +21,25 @@ from sparsetopk_nvidia_sm100._backend import _ext
 
 M1 = 1 << 20
 paths = sys.argv[1:] or ["auto"]
-cells = [tuple(int(v) for v in c.split("x")) for c in
-         os.environ.get("AB_CELLS", "4x40960,4x153600,16x1048576,64x1048576").split(",")]
-order = os.environ.get("AB_ORDER", "any")
-K = int(os.environ.get("AB_K", "2048"))
+full = os.environ.get("AB_FULL") == "1"
+default_cells = "64x1344,512x1344,4096x1344,4096x4096,16384x8192" if full else "4x40960,4x153600,16x1048576,64x1048576"
+cells = [tuple(int(v) for v in c.split("x")) for c in os.environ.get("AB_CELLS", default_cells).split(",")]
+order = os.environ.get("AB_ORDER", "rank" if full else "any")
+K = int(os.environ.get("AB_K", "16" if full else "2048"))
+label = os.environ.get("AB_LABEL", "")
 dtype = getattr(torch, os.environ.get("AB_DTYPE", "float32"))
 repeats = int(os.environ.get("AB_REPEATS", "2"))
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
-print(f"| cell ({order}, k={K}, {str(dtype)[6:]}) | " + " | ".join(paths) + " |")
+print(f"| {label + ': ' if label else ''}cell ({order}, k={K}, {str(dtype)[6:]}) | " + " | ".join(paths) + " |")
 print("|---|" + "---|" * len(paths))
 for rows, n in cells:
     per_view = rows * n * dtype.itemsize  # bytes read per call
     views = max(2, min(64, -(-int(2.5 * L2) // per_view)))
-    x = torch.randn(views * rows, M1, generator=g, device=dev).to(dtype)
-    lengths = torch.full((rows,), n, dtype=torch.int32, device=dev)
+    width = n if full else M1
+    x = torch.randn(views * rows, width, generator=g, device=dev).to(dtype)
+    lengths = None if full else torch.full((rows,), n, dtype=torch.int32, device=dev)
     out = (torch.empty(rows, K, dtype=torch.int32, device=dev), None)
 
     def fn(i):
@@ -45,11 +52,12 @@ for rows, n in cells:
     for _ in range(repeats):
         for p in paths:
             os.environ["SPARSETOPK_NV_PATH"] = p
-            pl = _ext().plan(rows, M1, K, 0)
-            plan[p] = f"C={pl['cluster']}" if pl.get("cluster") else ("split" if pl.get("split") else "rows")
+            pl = _ext().plan(rows, width, K, 0)
+            plan[p] = (f"C={pl['cluster']}" if pl.get("cluster") else "split" if pl.get("split")
+                       else "warp" if pl.get("warp_wpb") else "rows")
             calls = -(-max(views, 16) // views) * views
             best[p].append(time_cuda(fn, views, calls, target_s=0.15, eager=False)["us"])
     print(f"| {rows}x{n} | " + " | ".join(f"{min(best[p]):.2f} ({max(best[p]):.2f}) {plan[p]}" for p in paths) + " |",
           flush=True)
-    del x
+    x = None  # free the views before the next cell
     torch.cuda.empty_cache()
