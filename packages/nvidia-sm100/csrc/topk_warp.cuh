@@ -43,8 +43,6 @@ constexpr int kWarpChunk = 1024; // columns per chunk per warp
 constexpr int kWarpElems = 32;   // elements per lane per chunk
 constexpr int kWarpMaxWpb = 4;   // warps per block, at most
 
-__device__ __forceinline__ uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
-
 __device__ __forceinline__ int warp_incl_scan(int x) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -426,11 +424,11 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
     int p0 = 0, p1 = 0;
     // the kk-th key: entry of rank kk-1
     uint64_t tk = (lane < S && r0 == kk - 1) ? x0 : ((lane + 32 < S && r1 == kk - 1) ? x1 : 0ull);
-    tk = max64(tk, warp_shfl_xor(tk, 1));
-    tk = max64(tk, warp_shfl_xor(tk, 2));
-    tk = max64(tk, warp_shfl_xor(tk, 4));
-    tk = max64(tk, warp_shfl_xor(tk, 8));
-    tk = max64(tk, warp_shfl_xor(tk, 16));
+    tk = vmax(tk, warp_shfl_xor(tk, 1));
+    tk = vmax(tk, warp_shfl_xor(tk, 2));
+    tk = vmax(tk, warp_shfl_xor(tk, 4));
+    tk = vmax(tk, warp_shfl_xor(tk, 8));
+    tk = vmax(tk, warp_shfl_xor(tk, 16));
     for (int q = 0; q < S; ++q) {
       const uint64_t y = buf[q];
       const uint32_t jy = stk::key_index(y, tie);
