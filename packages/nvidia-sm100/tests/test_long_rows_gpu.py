@@ -428,12 +428,13 @@ def test_rank_spread(path, kind):
     size: empty (blocky and sorted rows put every key in one or two blocks: a
     run past 512 keys), odd and even (the 16-byte copy's odd slot), one key;
     5 to 16 blocks (several threads per key, several runs each); resident
-    rows and streamed ones (width past C x ~46K), lengths below k, both tie
-    rules, narrow bands, and a shard view and forced columns (keys whose
-    index word is not the column)."""
+    rows and streamed ones (width past C x ~46K), lengths below k, negative
+    and past the buffer, both tie rules, narrow bands, and a shard view and
+    forced columns (keys whose index word is not the column)."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|spread".encode()))
-    for width, lens in ((20000, [20000, 19999, 129, 130, 2049, 7777]), (800000, [800000, 700001, 4095])):
+    # (-3: no valid column, padding only; 25000: past the buffer, clipped to its width)
+    for width, lens in ((20000, [20000, 19999, 129, 130, 2049, 7777, -3, 25000]), (800000, [800000, 700001, 4095])):
         x = _dirty(_data(kind, len(lens), width, torch.float32, g), lens, g).to(dev)
         lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
         for j, k in enumerate((129, 200, 1000, 2048, 4096)):
