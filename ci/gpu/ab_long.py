@@ -7,6 +7,9 @@ Long rows (default: k = 2048 or AB_K, stride 1M, per-row lengths, order any):
     AB_CELLS=4x40960,64x1048576 AB_ORDER=rank AB_DTYPE=bfloat16 python ci/gpu/ab_long.py auto
 Full-width rows (AB_FULL=1: the decode anchors, k = 16, order rank):
     AB_FULL=1 python ci/gpu/ab_long.py auto block
+Bench-grid cells (AB_BENCH=scenario[:label substring], fp32 N(0,1), the bench's own
+inputs and views; the bytes-read floor at 4.25 TB/s beside each):
+    AB_BENCH=prefill python ci/gpu/ab_long.py auto cluster=1
 Builds are compared by reinstalling between runs in one device call (H200s lent on
 different days differ by a few percent): AB_LABEL names the build in the header.
 """
@@ -32,6 +35,60 @@ repeats = int(os.environ.get("AB_REPEATS", "2"))
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
+bench = os.environ.get("AB_BENCH")
+
+
+def plan_label(pl):
+    return (f"C={pl['cluster']}" if pl.get("cluster") else "split" if pl.get("split")
+            else "warp" if pl.get("warp_wpb") else "sampled" if pl.get("sampled_rows") else "rows")
+
+
+def ab_row(name, fn, views, plan_of, extra=""):
+    """Times every path; each path's answer on view 0 must equal the first path's (sets for "any")."""
+    best = {p: [] for p in paths}
+    plan = {}
+    ref = None
+    bad = []
+    for _ in range(repeats):
+        for p in paths:
+            os.environ["SPARSETOPK_NV_PATH"] = p
+            plan[p] = plan_label(plan_of())
+            calls = -(-max(views, 16) // views) * views
+            best[p].append(time_cuda(fn, views, calls, target_s=0.15, eager=False)["us"])
+            got = fn(0)[0].sort(dim=1).values if order == "any" or bench else fn(0)[0].clone()
+            if ref is None:
+                ref = got
+            elif not torch.equal(got, ref) and p not in bad:
+                bad.append(p)
+    print(f"| {name}{extra} | " + " | ".join(f"{min(best[p]):.2f} ({max(best[p]):.2f}) {plan[p]}" for p in paths)
+          + " |" + (f" MISMATCH vs {paths[0]}: {', '.join(bad)}" if bad else ""), flush=True)
+
+
+if bench:
+    from sparsetopk.bench import data, scenarios
+    scen, _, sub = bench.partition(":")
+    print(f"| {label + ': ' if label else ''}{bench} cell (floor us at 4.25 TB/s) | " + " | ".join(paths) + " |")
+    print("|---|" + "---|" * len(paths))
+    for cell in scenarios.full_grid():
+        if cell.scenario != scen or sub not in cell.label or (cell.dtype, cell.dist) != ("float32", "normal"):
+            continue
+        views = data.plan_views(cell, L2, 2.5, 2048, 8 << 30, dev)
+        inp = data.build_inputs(cell, views, dev)
+        out = (torch.empty(cell.rows, cell.k, dtype=torch.int32, device=dev), None)
+        vs = inp.views
+
+        def fn(i, vs=vs, cell=cell, out=out):
+            v = vs[i % len(vs)]
+            return sparsetopk.topk(v["scores"], cell.k, lengths=v["lengths"], starts=v["starts"],
+                                   index_scale=cell.index_scale, index_offset=cell.index_offset,
+                                   order=cell.order, backend="nvidia-sm100", out=out)
+
+        floor = data.floor_bytes(cell) / 4.25e12 * 1e6
+        ab_row(f"{cell.label} k={cell.k} {cell.order}", fn, inp.n_views,
+               lambda: _ext().plan(cell.rows, cell.width, cell.k, 0), f" ({floor:.0f})")
+        inp = vs = None
+        torch.cuda.empty_cache()
+    sys.exit(0)
 print(f"| {label + ': ' if label else ''}cell ({order}, k={K}, {str(dtype)[6:]}) | " + " | ".join(paths) + " |")
 print("|---|" + "---|" * len(paths))
 for rows, n in cells:
@@ -47,17 +104,6 @@ for rows, n in cells:
         return sparsetopk.topk(x[v * rows:(v + 1) * rows], K, lengths=lengths, order=order,
                                backend="nvidia-sm100", out=out)
 
-    best = {p: [] for p in paths}
-    plan = {}
-    for _ in range(repeats):
-        for p in paths:
-            os.environ["SPARSETOPK_NV_PATH"] = p
-            pl = _ext().plan(rows, width, K, 0)
-            plan[p] = (f"C={pl['cluster']}" if pl.get("cluster") else "split" if pl.get("split")
-                       else "warp" if pl.get("warp_wpb") else "rows")
-            calls = -(-max(views, 16) // views) * views
-            best[p].append(time_cuda(fn, views, calls, target_s=0.15, eager=False)["us"])
-    print(f"| {rows}x{n} | " + " | ".join(f"{min(best[p]):.2f} ({max(best[p]):.2f}) {plan[p]}" for p in paths) + " |",
-          flush=True)
+    ab_row(f"{rows}x{n}", fn, views, lambda: _ext().plan(rows, width, K, 0))
     x = None  # free the views before the next cell
     torch.cuda.empty_cache()

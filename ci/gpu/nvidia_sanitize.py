@@ -3,7 +3,7 @@ one-block rows (resident, bounded and streamed), small candidate finish, the spl
 (gather and the overflow fallback), rank sort, merge. Checks results too.
 Forced paths (SPARSETOPK_NV_PATH): streamed rows with the one-read online
 gather and its overflow fallback, the sampled split path and its fallbacks,
-the legacy split path; the bucket merge, its skew fallback and the legacy
+the legacy split path, the sampled-rows kernel and its fallbacks; the bucket merge, its skew fallback and the legacy
 merge (SPARSETOPK_NV_PATH=legacy-merge), the cluster kernel (resident and
 streamed rows, and its fallback).
 
@@ -118,6 +118,10 @@ chk(long[:2].to(torch.bfloat16), 4096, order="rank")  # (long[1] pile-up: segmen
 chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> fallback
 path("split,legacy-split")
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
+path("rows,sampled-rows")  # sampled rows: sample + warp-span gather + select; overflow -> fallbacks
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
+chk(long.to(torch.bfloat16), 2048, order="rank")  # (long[1] pile-up: a warp span overflows -> block gather)
+chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> exact streamed select
 # cluster kernel: resident rows (C = 16), streamed rows (C = 2: 131072 > 2 x ~46K columns) with the
 # sampled one-read gather, and its exact fallback (band: candidates overflow)
 if not NO_CLUSTER:

@@ -75,6 +75,7 @@ PYBIND11_MODULE(_C, m) {
         d["warp_wpb"] = plan.warp_wpb;
         d["warp_m"] = plan.warp_m;
         d["sampled"] = plan.sampled;
+        d["sampled_rows"] = plan.sampled_rows;
         d["cluster"] = plan.cluster;
         d["online"] = p.online != 0;
         d["block"] = plan.block;

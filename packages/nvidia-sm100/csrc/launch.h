@@ -33,6 +33,7 @@ struct TopkParams {
   int cluster_finish;  // cluster kernel: cluster_finish once the bin is small (off: SPARSETOPK_NV_PATH=no-finish)
   int cluster_mbar;    // cluster kernel: histogram exchange by st.async + mbarrier (off: SPARSETOPK_NV_PATH=find-barrier)
   int rank_spread;     // cluster kernel: rank order sorted by every block (off: SPARSETOPK_NV_PATH=rank-block0)
+  int sample_runs;     // sampled-rows kernel: sample runs of 8 columns per thread (1..4)
 };
 
 struct SplitWs {
@@ -49,6 +50,7 @@ struct Plan {
   int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 64), this many warps per block
   int warp_m = 1;    // lane values kept per lane (1: k <= 32, 2: k <= 64)
   bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
+  bool sampled_rows = false;  // topk_sampled_rows_kernel (one 256-thread block per row)
   int cluster = 0;       // > 0: one cluster of this many blocks per row (topk_cluster_kernel)
   int block = 256;
   int smem = 0;

@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
 }
 
 // (defined in topk_cluster.cuh, included below)
-template <typename T, class Sink>
+template <int V, typename T, class Sink>
 __device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink);
 
 template <typename T>
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
   };
   // the float-test gather of the cluster kernel (one compare per column);
   // SPARSETOPK_NV_PATH=legacy-gather: the key-per-column compaction
-  const int total = p.legacy_gather ? compact_pass(src, rs->prefix, s, keep) : gather_wide(src, rs->prefix, s, keep);
+  const int total = p.legacy_gather ? compact_pass(src, rs->prefix, s, keep) : gather_wide<4>(src, rs->prefix, s, keep);
   if (threadIdx.x == 0) *cnt = total;
 }
 
@@ -788,6 +788,7 @@ static_assert(kMergeItems * kMergeBlock == 16384, "merge_max_candidates");
 
 }  // namespace stk_nv
 #include "topk_cluster.cuh"
+#include "topk_sampled_rows.cuh"
 namespace stk_nv {
 
 
@@ -868,6 +869,9 @@ static const DevInfo& dev_info(int dev) {
     allow_smem(split_final_kernel<float>, lim);
     allow_smem(split_final_kernel<bf16_tag>, lim);
     allow_smem(split_final_kernel<f16_tag>, lim);
+    allow_smem(topk_sampled_rows_kernel<float>, lim);
+    allow_smem(topk_sampled_rows_kernel<bf16_tag>, lim);
+    allow_smem(topk_sampled_rows_kernel<f16_tag>, lim);
     // (split_sample_kernel uses static shared memory only)
     allow_smem(merge_kernel, lim);
     allow_smem(merge_bucket_kernel, lim);
@@ -912,6 +916,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
       topk_warp_kernel<T, 1><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
     else
       topk_warp_kernel<T, 2><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
+  } else if (plan.sampled_rows) {
+    topk_sampled_rows_kernel<T><<<unsigned(p.rows), plan.block, plan.smem, stream>>>(p);
   } else if (plan.split && plan.sampled) {
     SplitWs ws = plan.ws;
     dim3 g2(ws.chunks, unsigned(p.rows));
@@ -958,6 +964,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 bin holds <= 256, cluster_finish)
 //   find-barrier  the cluster select's histogram exchange waits on a cluster
 //                 barrier per pass (default: st.async + mbarrier)
+//   sampled-rows  rows that are not split take the sampled-rows kernel
+//                 (sample -> estimate -> one-read gather, 256 threads)
+//   no-sampled-rows  ... never (the one-block rows kernel instead)
+//   sruns=N       sampled rows: N sample runs of 8 columns per thread (1..4)
 //   rank-block0   the cluster kernel's rank order: block 0 sorts every key
 //                 (default from C = 5 and 129 keys: every block sorts its own
 //                 and ranks them against the others' runs)
@@ -978,6 +988,8 @@ struct PathOpts {
   bool cluster_finish = true;
   bool cluster_mbar = true;
   bool rank_spread = true;
+  int sampled_rows = -1;  // -1 auto, 0 never, 1 always (rows not split)
+  int sample_runs = 2;    // sampled rows: sample runs of 8 columns per thread
 };
 
 // N of a "cluster=N" token with N in 1..16, else 0.
@@ -1017,13 +1029,16 @@ static PathOpts path_opts() {
     else if (t == "no-finish") o.cluster_finish = false;
     else if (t == "find-barrier") o.cluster_mbar = false;
     else if (t == "rank-block0") o.rank_spread = false;
+    else if (t == "sampled-rows") o.sampled_rows = 1;
+    else if (t.rfind("sruns=", 0) == 0 && t.size() == 7 && t[6] >= '1' && t[6] <= '4') o.sample_runs = t[6] - '0';
+    else if (t == "no-sampled-rows") o.sampled_rows = 0;
     else if (const int n = cluster_size_token(t); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -1111,6 +1126,20 @@ Plan plan_topk(TopkParams& p, int dev) {
     while (int64_t(plan.ws.seg) * chunks < 2 * p.cand_cap && plan.ws.seg < p.cand_cap) plan.ws.seg *= 2;
     plan.smem = int(fixed_smem(p));
     plan.block = 1024;
+  } else if (W > k && p.rows <= INT32_MAX &&
+             (opt.sampled_rows == 1 || (opt.sampled_rows < 0 && opt.split != 0 && k > 64 && W >= 65536))) {
+    // many long rows (e.g. ragged prefill): topk_sampled_rows_kernel. ~1.6 k
+    // candidates expected, room for 2.75 k (and the sample), three blocks per
+    // SM at k = 2048. Measured on the H200 (graph replay, k = 2048, any; vs
+    // the one-block rows kernel): prefill 4096 x 128K causal 1081 vs 2264 us,
+    // packed 64K+32K+16K+16K 640 vs 885, 512 x 64K 148 vs 160; resident
+    // rows keep the rows kernel below 64K columns (1024 x 32K: 208 vs 174).
+    p.res_cap = 0;
+    p.cand_cap = int(std::max<int64_t>(1024, (11 * int64_t(k) / 4 + 7) / 8 * 8));
+    plan.sampled_rows = true;
+    p.sample_runs = opt.sample_runs;
+    plan.block = 256;
+    plan.smem = int(fixed_smem(p));
   } else {
     p.cand_cap = int(std::min<int64_t>(16384, std::max<int64_t>(1024, 4 * int64_t(k))));
     const int64_t fixed = int64_t(fixed_smem(p));

@@ -708,10 +708,9 @@ __device__ __forceinline__ void sink_vec(const GlobalSrc<T>& src, const uint4& r
 //  - The next step's loads are issued before this step's columns are tested.
 //    (A bulk L2 prefetch of each warp's span 1-4 steps ahead measured slower
 //    on the H200: 64 x 1M 142 vs 133 us, 16 x 1M 71-73 vs 70.)
-template <typename T, class Sink>
+template <int V, typename T, class Sink>  // V: vectors per lane per step
 __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
   constexpr int NV = GlobalSrc<T>::kVec;  // columns per vector
-  constexpr int V = 4;                    // vectors per lane per step
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t WS = int64_t(V) * 32 * NV;  // a warp's columns per step
   const int64_t step = WS * (blockDim.x >> 5);
@@ -769,12 +768,15 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
 // stages per warp instead of the registers, 145 / 148 vs 130 us; each warp
 // starting at a different step of its span, which lifts the pure read from
 // 3.6 to 4.0 TB/s, 133 vs 130 us.)
-template <typename T>
+// V: vectors per lane per step. kInPlace: the warp regions tile the whole
+// buffer (cap / warps keys each, twice the room per warp); their unused
+// tails are cleared to empty keys (0) and one in-place ordered compaction
+// packs them (the sampled-rows kernel, whose buffer has no spare half).
+template <int V, bool kInPlace, typename T>
 __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
-  constexpr int V = 4;
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = int(blockDim.x) >> 5;
-  const int half = cap / 2, wcap = (cap - half) / nw;
+  const int half = kInPlace ? 0 : cap / 2, wcap = (cap - half) / nw;
   uint64_t* reg = buf + half + int64_t(w) * wcap;
   const float tf = __uint_as_float(stk::unordered_u32(uint32_t(thr >> 32)));
   const int64_t f = src.first();
@@ -837,10 +839,16 @@ __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch&
       s.warp[i] = acc;
       acc += c < 0 ? 0 : c;
     }
-    s.count = bad || acc > half ? -1 : acc;
+    s.count = bad || (!kInPlace && acc > half) ? -1 : acc;
   }
   __syncthreads();
   const int total = s.count;
+  if constexpr (kInPlace) {
+    if (total < 0) return cap + 1;  // (uniform; s is next written after a barrier)
+    for (int i = cnt + lane; i < wcap; i += 32) reg[i] = stk::kInvalidKey;
+    __syncthreads();
+    return compact_smem_inplace<4>(buf, nw * wcap, 1ull, s);  // keys >= 1: every valid key
+  }
   if (total >= 0) {
     const int off = s.warp[w];
     for (int i = lane; i < cnt; i += 32) buf[off + i] = reg[i];  // upper half -> lower half: disjoint
@@ -932,9 +940,9 @@ __device__ __forceinline__ bool fast_test_ok(const RowCtx& c, uint64_t thr) {
   return c.force_begin <= 0 && c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf;
 }
 
-template <typename T, class Sink>
+template <int V, typename T, class Sink>
 __device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink) {
-  return fast_test_ok(src.c, thr) ? gather_fast(src, thr, s, sink) : compact_pass(src, thr, s, sink);
+  return fast_test_ok(src.c, thr) ? gather_fast<V>(src, thr, s, sink) : compact_pass(src, thr, s, sink);
 }
 
 template <typename T>
@@ -1071,10 +1079,10 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   if (bulk) {
     got = gather_bulk(gsrc, est, s, L.region + size_t(cap) * 8, bars, keep);
   } else if (p.warp_gather && fast_test_ok(c, est)) {
-    got = gather_warps(gsrc, est, s, cand, cap);
-    if (got > cap) got = gather_wide(gsrc, est, s, keep);  // a warp's share overflowed (skewed row)
+    got = gather_warps<4, false>(gsrc, est, s, cand, cap);
+    if (got > cap) got = gather_wide<4>(gsrc, est, s, keep);  // a warp's share overflowed (skewed row)
   } else {
-    got = gather_wide(gsrc, est, s, keep);
+    got = gather_wide<4>(gsrc, est, s, keep);
   }
   STK_STAMP(3);
   cluster_exchange(cl, got <= cap ? got : -1, xslot[1], s);

@@ -11,6 +11,10 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
   of the data here, but segment overflow and > cand_cap candidates do:
   blocky and band rows);
 - the legacy split path ("split,legacy-split"), and the automatic choice;
+- the sampled-rows kernel ("rows,sampled-rows": one 256-thread block per
+  row, sample -> estimate -> one-read gather by warp spans, the block gather
+  when a warp's span overflows (blocky rows), and the exact streamed select
+  when the candidates overflow or number < k (band, const));
 - the cluster kernel ("cluster", "cluster=N": one thread-block cluster of N
   blocks per row, N = 1..16, not only powers of two): resident rows,
   streamed rows (rows longer than N x ~46K columns: sample, one-read gather,
@@ -47,7 +51,8 @@ def _usable():
 pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
-         "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3"]
+         "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -151,8 +156,8 @@ def test_paths_adversarial(path, kind, k):
         _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
 
 
-@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,legacy-split", "cluster=1", "cluster"],
-                         indirect=True)
+@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,legacy-split", "cluster=1", "cluster",
+                                  "rows,sampled-rows"], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_paths_options(path, dtype):
     """starts, shard view, forced columns, int lengths, misaligned row views."""
@@ -186,10 +191,11 @@ def test_split_shapes(path):
     _check(x.to(torch.bfloat16), 2048, order="any")
 
 
-@pytest.mark.parametrize("path", ["auto", "online"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "online,no-sampled-rows", "no-sampled-rows"], indirect=True)
 def test_prefill_like_stream(path):
-    """Ragged causal prefill shape (rows > 2 x SMs: one block per row, streamed
-    rows of up to 128K; two-read select by default, online gather opt-in)."""
+    """Ragged causal prefill shape (rows > 2 x SMs, up to 128K columns): the
+    sampled-rows kernel by default; the one-block rows kernel (two-read
+    select, online gather opt-in) with no-sampled-rows."""
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(11)
     rows, width = 512, 131072
@@ -248,7 +254,9 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(64, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover the GPU
     assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # ... most of it (the largest size that fits: 6 on an H200)
     p = C.plan(4096, 131072, 2048, 0)
-    assert not p["split"] and not p["cluster"]
+    assert not p["split"] and not p["cluster"] and p["sampled_rows"]  # prefill: sampled rows
+    assert not C.plan(4096, 32768, 2048, 0)["sampled_rows"]  # rows that fit stay resident (rows kernel)
+    assert not C.plan(4096, 131072, 64, 0)["sampled_rows"]  # small k: not measured there
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "no-cluster")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["split"] and not p["sampled"] and not p["cluster"]  # few rows: legacy split
@@ -257,12 +265,14 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(3, 5000, 16, 0)["cluster"] == 2
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "cluster=7")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 7
-    for bad in ("cluster=0", "cluster=17", "cluster=x"):
+    for bad in ("cluster=0", "cluster=17", "cluster=x", "sruns=0", "sruns=5"):
         monkeypatch.setenv("SPARSETOPK_NV_PATH", bad)
         with pytest.raises(ValueError):
             C.plan(3, 5000, 16, 0)
-    monkeypatch.setenv("SPARSETOPK_NV_PATH", "online")
-    assert C.plan(4096, 131072, 2048, 0)["online"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "online,no-sampled-rows")
+    assert C.plan(4096, 131072, 2048, 0)["online"] and not C.plan(4096, 131072, 2048, 0)["sampled_rows"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows")
+    assert C.plan(4, 5000, 16, 0)["sampled_rows"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["split"] and not p["sampled"]

@@ -1,0 +1,116 @@
+// nvidia-sm100: the sampled-rows kernel (many long rows, one block each).
+// Included by topk.cu after topk_cluster.cuh (its gathers).
+#pragma once
+
+namespace stk_nv {
+
+// Sampled rows (many long rows, e.g. ragged prefill; Plan::sampled_rows):
+// one block of 256 threads per row and a small shared-memory footprint, so
+// several rows share an SM and one row's select overlaps another's loads.
+// est = the m-th largest ordered score of a strided sample (runs of 8
+// columns, held as 32-bit ordered scores in the candidate buffer), m ~
+// 1.6 k S / n, so ~1.6 k keys of the row are expected >= est; ONE read of the
+// row gathers those (index order) into the candidate buffer. If they fit and
+// number >= k, the k-th key is >= est and the exact top k are among them;
+// else (bad estimate, skewed or tied rows) the exact streamed select runs on
+// the row. Only the speed depends on the estimate.
+// Blocks per SM by registers: fp32 3 (80 registers; the gather keeps V = 2
+// vectors per lane in flight), 16-bit 2 (V = 4: at 80 registers those
+// spilled). Measured on the H200, causal 128K prefill fp32: 3 blocks 1202 us,
+// 2 blocks 1315 (with 8192 sample columns).
+template <typename T>
+__global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 : 2) topk_sampled_rows_kernel(TopkParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  STK_CLOCK(0);
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  const OutRow out = make_out(p, r);
+  SmemLayout L = carve(smem, p);
+  using raw = typename Scalar<T>::raw;
+  const raw* base = row_scores<T>(p, r, g);
+  GlobalSrc<T> gsrc;
+  gsrc.init(base, 0, c.n, c);
+  const int64_t n = c.n;
+  const int k = p.k;
+  if (n <= k) {
+    finish(gsrc, 1ull, int(n), p.order, out, L.outbuf, s);
+    return;
+  }
+  if (p.stamps && blockIdx.x == 0 && threadIdx.x == 0) g_cluster_stamps[29] = uint64_t(n);
+  const int cap = p.cand_cap;
+  uint64_t est = 0;  // 0: every key is a candidate (rows that fit the buffer)
+  if (n > cap) {
+    // sample: sruns (default 2) tiles of 8 columns per thread, spread evenly
+    // over the row's aligned tile grid, all loads issued before any is used
+    // (measured on the H200, causal 128K prefill: 4 runs 1202 us, 2 runs
+    // 1081, 1 run 1045; 2 keeps the estimate's spread small: ~1e-4 of N(0,1)
+    // rows expected to take the fallback)
+    uint32_t* smp = reinterpret_cast<uint32_t*>(L.cand);  // 2 cap scores fit
+    constexpr int kRuns = 4;
+    const int runs = int(blockDim.x) * min(min(kRuns, p.sample_runs), cap / (4 * int(blockDim.x)));
+    const int64_t f = gsrc.first();
+    const int64_t tiles = (gsrc.end() - f + kItems - 1) / kItems;
+    const int used = int(min(tiles, int64_t(runs)));
+    const int S = used * kItems;
+    {
+      uint32_t bits[kRuns][kItems], mask[kRuns];
+      int64_t gs[kRuns];
+#pragma unroll
+      for (int q = 0; q < kRuns; ++q) {
+        const int t = q * int(blockDim.x) + int(threadIdx.x);
+        gs[q] = f + kItems * (tiles > runs ? (int64_t(t) * tiles) / runs : int64_t(t));
+        mask[q] = t < used ? gsrc.load_bits(gs[q], bits[q]) : 0u;
+      }
+#pragma unroll
+      for (int q = 0; q < kRuns; ++q) {
+        const int t = q * int(blockDim.x) + int(threadIdx.x);
+#pragma unroll
+        for (int i = 0; i < kItems; ++i)
+          if (t < used) smp[t * kItems + i] = (mask[q] >> i) & 1u ? uint32_t(gsrc.key1(gs[q] + i, bits[q][i]) >> 32) : 0u;
+      }
+    }
+    __syncthreads();
+    STK_CLOCK(1);
+    const int64_t m = max(int64_t(16), (8 * int64_t(k) * S + 5 * n - 1) / (5 * n));
+    if (m < S) {
+      SelState st{0ull, 0, int(m)};
+      uint64_t Tm = 0;
+      select_passes(ResSrc{smp, S, c, 0}, int(m), st, L.hist, s, nullptr, 0, nullptr, &Tm);
+      est = Tm & 0xffffffff00000000ull;  // every column scoring >= the m-th sample score
+    }
+    __syncthreads();  // the sample is read: the buffer takes the candidates
+  }
+  STK_CLOCK(2);
+  // each warp streams its own span (no block barriers), else (a warp's
+  // region overflowed, forcing, threshold at -inf, block-gather) the
+  // block-synchronous gather
+  constexpr int V = sizeof(typename Scalar<T>::raw) == 4 ? 2 : 4;
+  int got = cap + 1;
+  if (p.warp_gather && fast_test_ok(c, est)) got = gather_warps<V, true>(gsrc, est, s, L.cand, cap);
+  if (got > cap)
+    got = gather_wide<V>(gsrc, est, s, [&](int pos, uint64_t key) {
+      if (pos < cap) L.cand[pos] = key;
+    });
+  __syncthreads();
+  STK_CLOCK(3);
+  if (p.stamps && blockIdx.x == 0 && threadIdx.x == 0) g_cluster_stamps[30] = got;
+  if (got > cap || got < k) {  // exact fallback (rare on real data)
+    select_and_finish(gsrc, n, p, out, L, s, SelState{0ull, 0, k});
+    return;
+  }
+  if (got <= int(blockDim.x)) {
+    finish_small(L.cand, got, k, p.order, out, L.rankbuf);
+    return;
+  }
+  const CandSrc cs{L.cand, got};
+  SelState st{0ull, 0, k};
+  uint64_t Tk = 0;
+  select_passes(cs, k, st, L.hist, s, nullptr, 0, nullptr, &Tk);
+  STK_CLOCK(4);
+  finish(cs, Tk, k, p.order, out, L.outbuf, s);
+  STK_CLOCK(5);
+}
+
+}  // namespace stk_nv
