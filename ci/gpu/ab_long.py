@@ -7,7 +7,7 @@ Long rows (default: k = 2048 or AB_K, stride 1M, per-row lengths, order any):
     AB_CELLS=4x40960,64x1048576 AB_ORDER=rank AB_DTYPE=bfloat16 python ci/gpu/ab_long.py auto
 Full-width rows (AB_FULL=1: the decode anchors, k = 16, order rank):
     AB_FULL=1 python ci/gpu/ab_long.py auto block
-Bench-grid cells (AB_BENCH=scenario[:label substring], fp32 N(0,1), the bench's own
+Bench-grid cells (AB_BENCH=scenario[:label substring], N(0,1) in AB_DTYPE, the bench's own
 inputs and views; the bytes-read floor at 4.25 TB/s beside each):
     AB_BENCH=prefill python ci/gpu/ab_long.py auto cluster=1
 Builds are compared by reinstalling between runs in one device call (H200s lent on
@@ -67,10 +67,11 @@ def ab_row(name, fn, views, plan_of, extra=""):
 if bench:
     from sparsetopk.bench import data, scenarios
     scen, _, sub = bench.partition(":")
-    print(f"| {label + ': ' if label else ''}{bench} cell (floor us at 4.25 TB/s) | " + " | ".join(paths) + " |")
+    print(f"| {label + ': ' if label else ''}{bench} cell ({str(dtype)[6:]}, floor us at 4.25 TB/s) | "
+          + " | ".join(paths) + " |")
     print("|---|" + "---|" * len(paths))
     for cell in scenarios.full_grid():
-        if cell.scenario != scen or sub not in cell.label or (cell.dtype, cell.dist) != ("float32", "normal"):
+        if cell.scenario != scen or sub not in cell.label or (cell.dtype, cell.dist) != (str(dtype)[6:], "normal"):
             continue
         views = data.plan_views(cell, L2, 2.5, 2048, 8 << 30, dev)
         inp = data.build_inputs(cell, views, dev)
