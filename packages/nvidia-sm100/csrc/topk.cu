@@ -1127,13 +1127,17 @@ Plan plan_topk(TopkParams& p, int dev) {
     plan.smem = int(fixed_smem(p));
     plan.block = 1024;
   } else if (W > k && p.rows <= INT32_MAX &&
-             (opt.sampled_rows == 1 || (opt.sampled_rows < 0 && opt.split != 0 && k > 64 && W >= 65536))) {
+             (opt.sampled_rows == 1 ||
+              (opt.sampled_rows < 0 && opt.split != 0 && k >= 1024 && W >= 65536 && W <= 262144))) {
     // many long rows (e.g. ragged prefill): topk_sampled_rows_kernel. ~1.6 k
     // candidates expected, room for 2.75 k (and the sample), three blocks per
     // SM at k = 2048. Measured on the H200 (graph replay, k = 2048, any; vs
     // the one-block rows kernel): prefill 4096 x 128K causal 1081 vs 2264 us,
     // packed 64K+32K+16K+16K 640 vs 885, 512 x 64K 148 vs 160; resident
     // rows keep the rows kernel below 64K columns (1024 x 32K: 208 vs 174).
+    // Automatic only where that was measured and the estimate fits the
+    // buffer: the sample's floor of 16 keys expects 16 n / S candidates
+    // (S = 4096), which outgrows 2.75 k for small k or rows past 256K.
     p.res_cap = 0;
     p.cand_cap = int(std::max<int64_t>(1024, (11 * int64_t(k) / 4 + 7) / 8 * 8));
     plan.sampled_rows = true;

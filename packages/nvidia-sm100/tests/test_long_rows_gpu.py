@@ -256,7 +256,8 @@ def test_plan_reports_paths(monkeypatch):
     p = C.plan(4096, 131072, 2048, 0)
     assert not p["split"] and not p["cluster"] and p["sampled_rows"]  # prefill: sampled rows
     assert not C.plan(4096, 32768, 2048, 0)["sampled_rows"]  # rows that fit stay resident (rows kernel)
-    assert not C.plan(4096, 131072, 64, 0)["sampled_rows"]  # small k: not measured there
+    assert not C.plan(4096, 131072, 512, 0)["sampled_rows"]  # smaller k: not measured there
+    assert not C.plan(4096, 1 << 20, 2048, 0)["sampled_rows"]  # rows past 256K: the sample floor's candidates
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "no-cluster")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["split"] and not p["sampled"] and not p["cluster"]  # few rows: legacy split
