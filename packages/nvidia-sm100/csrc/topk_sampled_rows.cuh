@@ -15,9 +15,9 @@ namespace stk_nv {
 // else (bad estimate, skewed or tied rows) the exact streamed select runs on
 // the row. Only the speed depends on the estimate.
 // Blocks per SM by registers: fp32 3 (80 registers; the gather keeps V = 2
-// vectors per lane in flight), 16-bit 2 (V = 4: at 80 registers those
-// spilled). Measured on the H200, causal 128K prefill fp32: 3 blocks 1202 us,
-// 2 blocks 1315 (with 8192 sample columns).
+// vectors per lane in flight), 16-bit 2 (128 registers, V = 4; at 80
+// registers the 16-bit kernels spilled). Measured on the H200, causal 128K
+// prefill fp32: 3 blocks 1202 us, 2 blocks 1315 (with 8192 sample columns).
 template <typename T>
 __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 : 2) topk_sampled_rows_kernel(TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 
     // sample: sruns (default 2) tiles of 8 columns per thread, spread evenly
     // over the row's aligned tile grid, all loads issued before any is used
     // (measured on the H200, causal 128K prefill: 4 runs 1202 us, 2 runs
-    // 1081, 1 run 1045; 2 keeps the estimate's spread small: ~1e-4 of N(0,1)
+    // 1075, 1 run 1032; 2 keeps the estimate's spread small: ~1e-4 of N(0,1)
     // rows expected to take the fallback)
     uint32_t* smp = reinterpret_cast<uint32_t*>(L.cand);  // 2 cap scores fit
     constexpr int kRuns = 4;
