@@ -34,6 +34,8 @@ struct TopkParams {
   int cluster_mbar;    // cluster kernel: histogram exchange by st.async + mbarrier (off: SPARSETOPK_NV_PATH=find-barrier)
   int rank_spread;     // cluster kernel: rank order sorted by every block (off: SPARSETOPK_NV_PATH=rank-block0)
   int sample_runs;     // sampled-rows kernel: sample runs of 8 columns per thread (1..4)
+  int cluster_span;    // cluster kernel: sample runs in groups of this many adjacent ones (1: all apart)
+  int stamp_block;     // stamps: the block whose phases are recorded (default 0)
 };
 
 struct SplitWs {

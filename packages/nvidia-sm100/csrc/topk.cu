@@ -968,6 +968,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 (sample -> estimate -> one-read gather, 256 threads)
 //   no-sampled-rows  ... never (the one-block rows kernel instead)
 //   sruns=N       sampled rows: N sample runs of 8 columns per thread (1..4)
+//   no-cspan      the cluster kernel's sample takes its runs of 8 columns one
+//                 apart (default: in groups of 8 adjacent runs)
+//   stampblock=N  stamps record block N (default 0)
 //   rank-block0   the cluster kernel's rank order: block 0 sorts every key
 //                 (default from C = 5 and 129 keys: every block sorts its own
 //                 and ranks them against the others' runs)
@@ -990,7 +993,19 @@ struct PathOpts {
   bool rank_spread = true;
   int sampled_rows = -1;  // -1 auto, 0 never, 1 always (rows not split)
   int sample_runs = 2;    // sampled rows: sample runs of 8 columns per thread
+  bool cluster_span = true;
+  int stamp_block = 0;
 };
+
+// N of a "name=N" token (decimal, 0..max), else -1.
+static int int_token(const std::string& t, const char* name, int max) {
+  const std::string pre = std::string(name) + "=";
+  if (t.rfind(pre, 0) != 0 || t.size() == pre.size() || t.size() > pre.size() + 7 ||
+      t.find_first_not_of("0123456789", pre.size()) != std::string::npos)
+    return -1;
+  const int n = std::atoi(t.c_str() + pre.size());
+  return n <= max ? n : -1;
+}
 
 // N of a "cluster=N" token with N in 1..16, else 0.
 static int cluster_size_token(const std::string& t) {
@@ -1032,13 +1047,15 @@ static PathOpts path_opts() {
     else if (t == "sampled-rows") o.sampled_rows = 1;
     else if (t.rfind("sruns=", 0) == 0 && t.size() == 7 && t[6] >= '1' && t[6] <= '4') o.sample_runs = t[6] - '0';
     else if (t == "no-sampled-rows") o.sampled_rows = 0;
+    else if (t == "no-cspan") o.cluster_span = false;
+    else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = cluster_size_token(t); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -1057,6 +1074,8 @@ Plan plan_topk(TopkParams& p, int dev) {
   if (opt.split >= 0) split = opt.split == 1 && W > 0 && p.rows <= 65535;  // grid.y
   p.online = opt.online ? 1 : 0;
   p.stamps = opt.stamps ? 1 : 0;
+  p.stamp_block = opt.stamp_block;
+  p.cluster_span = opt.cluster_span ? 8 : 1;
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;
   p.warp_gather = opt.warp_gather ? 1 : 0;

@@ -772,7 +772,9 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
 // buffer (cap / warps keys each, twice the room per warp); their unused
 // tails are cleared to empty keys (0) and one in-place ordered compaction
 // packs them (the sampled-rows kernel, whose buffer has no spare half).
-template <int V, bool kInPlace, typename T>
+// PF > 0: each step also prefetches, into L2, the warp's vectors PF steps
+// ahead (more bytes in flight than the registers hold).
+template <int V, bool kInPlace, int PF = 0, typename T>
 __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = int(blockDim.x) >> 5;
@@ -798,6 +800,9 @@ __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch&
         nxt[v] = __ldg(vbase + vb + v * 32);
         nm[v] = (1u << NV) - 1u;
       }
+      if (PF > 0 && vb + (PF + 1) * 32 * V <= whi)
+#pragma unroll
+        for (int v = 0; v < V; ++v) asm volatile("prefetch.global.L2 [%0];" ::"l"(vbase + vb + (PF * V + v) * 32));
       return;
     }
 #pragma unroll
@@ -1049,11 +1054,15 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   }
   const int64_t len = hi - lo;
   if (int(threadIdx.x) < R) {
+    // disjoint runs spread over the chunk (in groups of G adjacent runs
+    // when the chunk is long enough), or the whole chunk if it is short
+    const int G = p.cluster_span, t = int(threadIdx.x), ng = (R + G - 1) / G;
+    const int64_t start = len >= 2 * int64_t(ng) * G * kItems ? (int64_t(t / G) * len) / ng + (t % G) * kItems
+                                                              : (int64_t(t) * len) / R;
 #pragma unroll
     for (int q = 0; q < kItems; ++q) {
       const int64_t i = int64_t(threadIdx.x) * kItems + q;
-      // disjoint runs spread over the chunk, or the whole chunk if it is short
-      const int64_t j = len >= int64_t(R) * kItems ? lo + (int64_t(threadIdx.x) * len) / R + q : lo + i;
+      const int64_t j = len >= int64_t(R) * kItems ? lo + start + q : lo + i;
       cand[i] = j < hi ? gsrc.key1(j, Scalar<T>::f32(base[j])) : stk::kInvalidKey;
     }
   }

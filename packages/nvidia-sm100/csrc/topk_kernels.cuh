@@ -45,7 +45,7 @@ __device__ unsigned long long g_cluster_stamps[32];
   } while (0)
 #define STK_CLOCK(i)                                                                   \
   do {                                                                                 \
-    if (p.stamps && blockIdx.y == 0 && blockIdx.x == 0 && threadIdx.x == 0)            \
+    if (p.stamps && blockIdx.y == 0 && blockIdx.x == p.stamp_block && threadIdx.x == 0) \
       g_cluster_stamps[16 + (i)] = clock64();                                          \
   } while (0)
 
@@ -558,7 +558,9 @@ enum PassResult { kDone = 0, kGathered = 1 };
 // cand (gathers them in source order, returns kGathered, *ncand).
 // hist_ready: hist already holds the histogram of the first pass (depth
 // st.depth, prefix st.prefix) over src, so that pass is not run again.
-template <class Src>
+// MaxDepth < 64: stop once that many top bits are pinned (kDone, *T = the
+// prefix: at least k keys are >= it; an estimate, not the k-th key).
+template <int MaxDepth = 64, class Src>
 __device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist, BlockScratch& s,
                              uint64_t* cand, int cand_cap, int* ncand, uint64_t* T,
                              bool hist_ready = false) {
@@ -572,7 +574,7 @@ __device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist
     st.kk -= above;
     st.prefix |= uint64_t(b) << (64 - st.depth - dbits);
     st.depth += dbits;
-    if (E == st.kk || st.depth >= 64) {
+    if (E == st.kk || st.depth >= MaxDepth) {
       *T = st.prefix;
       return kDone;
     }

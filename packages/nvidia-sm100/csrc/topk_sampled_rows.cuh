@@ -15,20 +15,28 @@ namespace stk_nv {
 // else (bad estimate, skewed or tied rows) the exact streamed select runs on
 // the row. Only the speed depends on the estimate.
 // Blocks per SM by registers: fp32 3 (80 registers; the gather keeps V = 2
-// vectors per lane in flight), 16-bit 2 (128 registers, V = 4; at 80
-// registers the 16-bit kernels spilled). Measured on the H200, causal 128K
-// prefill fp32: 3 blocks 1202 us, 2 blocks 1315 (with 8192 sample columns).
+// vectors per lane in flight, plus an L2 prefetch 2 steps ahead), 16-bit 2
+// (128 registers, V = 4; at 80 registers the 16-bit kernels spilled).
+// Measured on the H200, causal 128K prefill fp32: 3 blocks 1202 us, 2 blocks
+// 1315 (with 8192 sample columns).
+// The sample's tiles come in groups of kSampleSpan adjacent ones (64 columns
+// at fp32: 256 bytes), 64 groups per run spread over the row: fewer DRAM
+// pages opened than one 32-byte tile every ~1 KB. Measured on the H200
+// (same call, fp32 prefill causal / packed): 1082 / 626 us one tile apart,
+// 1061 / 608 in groups of 8, 1058 / 606 in groups of 32.
+constexpr int kSampleSpan = 8;
+
 template <typename T>
 __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 : 2) topk_sampled_rows_kernel(TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
+  using raw = typename Scalar<T>::raw;
   STK_CLOCK(0);
   const int64_t r = blockIdx.x;
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
   SmemLayout L = carve(smem, p);
-  using raw = typename Scalar<T>::raw;
   const raw* base = row_scores<T>(p, r, g);
   GlobalSrc<T> gsrc;
   gsrc.init(base, 0, c.n, c);
@@ -38,7 +46,7 @@ __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 
     finish(gsrc, 1ull, int(n), p.order, out, L.outbuf, s);
     return;
   }
-  if (p.stamps && blockIdx.x == 0 && threadIdx.x == 0) g_cluster_stamps[29] = uint64_t(n);
+  if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[29] = uint64_t(n);
   const int cap = p.cand_cap;
   uint64_t est = 0;  // 0: every key is a candidate (rows that fit the buffer)
   if (n > cap) {
@@ -60,7 +68,9 @@ __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 
 #pragma unroll
       for (int q = 0; q < kRuns; ++q) {
         const int t = q * int(blockDim.x) + int(threadIdx.x);
-        gs[q] = f + kItems * (tiles > runs ? (int64_t(t) * tiles) / runs : int64_t(t));
+        const int grp = t / kSampleSpan;
+        gs[q] = f + kItems * (tiles > runs ? (int64_t(grp) * tiles) / (runs / kSampleSpan) + (t - grp * kSampleSpan)
+                                           : int64_t(t));
         mask[q] = t < used ? gsrc.load_bits(gs[q], bits[q]) : 0u;
       }
 #pragma unroll
@@ -77,7 +87,12 @@ __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 
     if (m < S) {
       SelState st{0ull, 0, int(m)};
       uint64_t Tm = 0;
-      select_passes(ResSrc{smp, S, c, 0}, int(m), st, L.hist, s, nullptr, 0, nullptr, &Tm);
+      // 22 bits of the m-th sample score are enough for an estimate (its
+      // bin is 2^-13 of the score wide): two passes, and 16-bit rows' ties
+      // at the m-th score no longer run the passes on down the index bits
+      // (H200, bf16 prefill causal / packed: 1212 / 910 -> 1147 / 818 us;
+      // fp32 unchanged)
+      select_passes<22>(ResSrc{smp, S, c, 0}, int(m), st, L.hist, s, nullptr, 0, nullptr, &Tm);
       est = Tm & 0xffffffff00000000ull;  // every column scoring >= the m-th sample score
     }
     __syncthreads();  // the sample is read: the buffer takes the candidates
@@ -88,14 +103,19 @@ __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 
   // block-synchronous gather
   constexpr int V = sizeof(typename Scalar<T>::raw) == 4 ? 2 : 4;
   int got = cap + 1;
-  if (p.warp_gather && fast_test_ok(c, est)) got = gather_warps<V, true>(gsrc, est, s, L.cand, cap);
+  if (p.warp_gather && fast_test_ok(c, est)) {
+    // (fp32 only: H200, fp32 prefill causal / packed 1152 / 648 -> 1109 / 629
+    // us at gpf=2, 1 to 4 alike, 8 and 16 slower; 16-bit rows, with twice
+    // the vectors in flight, measured no gain)
+    got = gather_warps<V, true, sizeof(raw) == 4 ? 2 : 0>(gsrc, est, s, L.cand, cap);
+  }
   if (got > cap)
     got = gather_wide<V>(gsrc, est, s, [&](int pos, uint64_t key) {
       if (pos < cap) L.cand[pos] = key;
     });
   __syncthreads();
   STK_CLOCK(3);
-  if (p.stamps && blockIdx.x == 0 && threadIdx.x == 0) g_cluster_stamps[30] = got;
+  if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[30] = got;
   if (got > cap || got < k) {  // exact fallback (rare on real data)
     select_and_finish(gsrc, n, p, out, L, s, SelState{0ull, 0, k});
     return;

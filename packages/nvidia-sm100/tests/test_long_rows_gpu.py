@@ -52,7 +52,7 @@ pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and t
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
-         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1"]
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -266,7 +266,8 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(3, 5000, 16, 0)["cluster"] == 2
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "cluster=7")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 7
-    for bad in ("cluster=0", "cluster=17", "cluster=x", "sruns=0", "sruns=5"):
+    for bad in ("cluster=0", "cluster=17", "cluster=x", "sruns=0", "sruns=5", "stampblock=", "stampblock=-1",
+                "stampblock=1x"):
         monkeypatch.setenv("SPARSETOPK_NV_PATH", bad)
         with pytest.raises(ValueError):
             C.plan(3, 5000, 16, 0)
