@@ -14,11 +14,12 @@ namespace stk_nv {
 // number >= k, the k-th key is >= est and the exact top k are among them;
 // else (bad estimate, skewed or tied rows) the exact streamed select runs on
 // the row. Only the speed depends on the estimate.
-// Blocks per SM by registers: fp32 3 (80 registers; the gather keeps V = 2
-// vectors per lane in flight, plus an L2 prefetch 2 steps ahead), 16-bit 2
-// (128 registers, V = 4; at 80 registers the 16-bit kernels spilled).
-// Measured on the H200, causal 128K prefill fp32: 3 blocks 1202 us, 2 blocks
-// 1315 (with 8192 sample columns).
+// Three blocks per SM (80 registers). The warp gather keeps V vectors per
+// lane in flight and prefetches PF steps ahead into L2: fp32 V = 2, PF = 2;
+// 16-bit V = 1, PF = 4 (at V = 2 the 16-bit kernels spill). Measured on the
+// H200: fp32 causal 128K prefill 3 blocks 1202 us, 2 blocks 1315 (with 8192
+// sample columns); bf16 prefill causal / packed 1131 / 806 us at 2 blocks
+// (V = 4, no prefetch), 1007 / 669 at 3 blocks (V = 1, PF = 4).
 // The sample's tiles come in groups of kSampleSpan adjacent ones (64 columns
 // at fp32: 256 bytes), 64 groups per run spread over the row: fewer DRAM
 // pages opened than one 32-byte tile every ~1 KB. Measured on the H200
@@ -27,7 +28,7 @@ namespace stk_nv {
 constexpr int kSampleSpan = 8;
 
 template <typename T>
-__global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 : 2) topk_sampled_rows_kernel(TopkParams p) {
+__global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   using raw = typename Scalar<T>::raw;
@@ -101,13 +102,13 @@ __global__ void __launch_bounds__(256, sizeof(typename Scalar<T>::raw) == 4 ? 3 
   // each warp streams its own span (no block barriers), else (a warp's
   // region overflowed, forcing, threshold at -inf, block-gather) the
   // block-synchronous gather
-  constexpr int V = sizeof(typename Scalar<T>::raw) == 4 ? 2 : 4;
+  constexpr int V = sizeof(raw) == 4 ? 2 : 1;
   int got = cap + 1;
   if (p.warp_gather && fast_test_ok(c, est)) {
-    // (fp32 only: H200, fp32 prefill causal / packed 1152 / 648 -> 1109 / 629
-    // us at gpf=2, 1 to 4 alike, 8 and 16 slower; 16-bit rows, with twice
-    // the vectors in flight, measured no gain)
-    got = gather_warps<V, true, sizeof(raw) == 4 ? 2 : 0>(gsrc, est, s, L.cand, cap);
+    // (H200, fp32 prefill causal / packed, sample groups and 22-bit select
+    // on: 1152 / 648 us without the prefetch, 1109 / 629 at PF = 2, 1 to 4
+    // alike, 8 and 16 slower; 2 KB ahead per warp: PF = 4 at V = 1)
+    got = gather_warps<V, true, sizeof(raw) == 4 ? 2 : 4>(gsrc, est, s, L.cand, cap);
   }
   if (got > cap)
     got = gather_wide<V>(gsrc, est, s, [&](int pos, uint64_t key) {
