@@ -997,7 +997,7 @@ struct PathOpts {
   int stamp_block = 0;
 };
 
-// N of a "name=N" token (decimal, 0..max), else -1.
+// N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
 static int int_token(const std::string& t, const char* name, int max) {
   const std::string pre = std::string(name) + "=";
   if (t.rfind(pre, 0) != 0 || t.size() == pre.size() || t.size() > pre.size() + 7 ||
@@ -1005,15 +1005,6 @@ static int int_token(const std::string& t, const char* name, int max) {
     return -1;
   const int n = std::atoi(t.c_str() + pre.size());
   return n <= max ? n : -1;
-}
-
-// N of a "cluster=N" token with N in 1..16, else 0.
-static int cluster_size_token(const std::string& t) {
-  if (t.rfind("cluster=", 0) != 0 || t.size() < 9 || t.size() > 10 ||
-      t.find_first_not_of("0123456789", 8) != std::string::npos)
-    return 0;
-  const int n = std::atoi(t.c_str() + 8);
-  return n <= 16 ? n : 0;
 }
 
 static PathOpts path_opts() {
@@ -1045,11 +1036,11 @@ static PathOpts path_opts() {
     else if (t == "find-barrier") o.cluster_mbar = false;
     else if (t == "rank-block0") o.rank_spread = false;
     else if (t == "sampled-rows") o.sampled_rows = 1;
-    else if (t.rfind("sruns=", 0) == 0 && t.size() == 7 && t[6] >= '1' && t[6] <= '4') o.sample_runs = t[6] - '0';
+    else if (const int n = int_token(t, "sruns", 4); n > 0) o.sample_runs = n;
     else if (t == "no-sampled-rows") o.sampled_rows = 0;
     else if (t == "no-cspan") o.cluster_span = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
-    else if (const int n = cluster_size_token(t); n > 0) {
+    else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }

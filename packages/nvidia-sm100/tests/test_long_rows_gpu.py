@@ -266,8 +266,8 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(3, 5000, 16, 0)["cluster"] == 2
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "cluster=7")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 7
-    for bad in ("cluster=0", "cluster=17", "cluster=x", "sruns=0", "sruns=5", "stampblock=", "stampblock=-1",
-                "stampblock=1x"):
+    for bad in ("cluster=0", "cluster=17", "cluster=x", "cluster=", "cluster=+1", "sruns=0", "sruns=5", "sruns=12",
+                "stampblock=", "stampblock=-1", "stampblock=1x", "stampblock=12345678"):
         monkeypatch.setenv("SPARSETOPK_NV_PATH", bad)
         with pytest.raises(ValueError):
             C.plan(3, 5000, 16, 0)
@@ -275,6 +275,8 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(4096, 131072, 2048, 0)["online"] and not C.plan(4096, 131072, 2048, 0)["sampled_rows"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows")
     assert C.plan(4, 5000, 16, 0)["sampled_rows"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,sruns=4,stampblock=7,no-cspan,cluster=7")
+    assert C.plan(3, 5000, 16, 0)["cluster"] == 7
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["split"] and not p["sampled"]
