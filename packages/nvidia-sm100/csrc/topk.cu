@@ -212,7 +212,7 @@ __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p
   __syncthreads();
   const int total = s.flag;
   STK_CLOCK(4);
-  if (p.stamps && blockIdx.x == 0 && threadIdx.x == 0) g_cluster_stamps[30] = total;
+  if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[30] = total;
   if (total <= int(blockDim.x)) {
     STK_CLOCK(5);
     finish_small(L.cand, total, p.k, p.order, out, L.rankbuf);
@@ -970,7 +970,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   sruns=N       sampled rows: N sample runs of 8 columns per thread (1..4)
 //   no-cspan      the cluster kernel's sample takes its runs of 8 columns one
 //                 apart (default: in groups of 8 adjacent runs)
-//   stampblock=N  stamps record block N (default 0)
+//   stampblock=N  the one-block kernels' clock stamps (STK_CLOCK, slots 16..,
+//                 29, 30) record block N (default 0; the cluster kernel's stay
+//                 block 0)
 //   rank-block0   the cluster kernel's rank order: block 0 sorts every key
 //                 (default from C = 5 and 129 keys: every block sorts its own
 //                 and ranks them against the others' runs)

@@ -33,7 +33,8 @@ __device__ __forceinline__ int digit_bits(int depth) {
 // Profiling aid (SPARSETOPK_NV_PATH=stamps): %globaltimer at phase ends, by
 // thread 0 of block 0 of row 0; read back with _C.cluster_stamps(). Slot 31
 // counts the cluster kernel's select passes; slots 16.. hold SM clock cycles
-// (STK_CLOCK: sub-microsecond phases of the one-block kernel).
+// (STK_CLOCK: sub-microsecond phases of the one-block kernels, of block
+// p.stamp_block: SPARSETOPK_NV_PATH=stampblock=N).
 __device__ unsigned long long g_cluster_stamps[32];
 #define STK_STAMP(i)                                                                   \
   do {                                                                                 \
