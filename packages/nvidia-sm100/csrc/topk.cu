@@ -62,6 +62,19 @@ __device__ __forceinline__ OutRow make_out(const TopkParams& p, int64_t r) {
   return o;
 }
 
+// Kernels of TopkParams read every parameter line once before the launch
+// wait (which the previous kernel's tail hides), so their first uses after
+// it do not miss the constant cache.
+__device__ __forceinline__ void pdl_warm(const TopkParams& p) {
+  asm volatile("" ::"l"(p.scores), "l"(p.width), "l"(p.lengths), "l"(p.starts), "l"(p.starts_stride),
+               "l"(p.force_begin), "l"(p.out_idx), "l"(p.out_val_stride), "r"(p.k), "r"(p.cand_cap),
+               "r"(p.bulk), "r"(p.stamp_block));
+}
+__device__ __forceinline__ void pdl_begin(const TopkParams& p) {
+  pdl_warm(p);
+  pdl_enter();
+}
+
 }  // namespace stk_nv
 #include "topk_warp.cuh"
 namespace stk_nv {
@@ -227,6 +240,7 @@ __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p
 // One block per row.
 template <typename T>
 __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
+  pdl_begin(p);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   STK_CLOCK(0);
@@ -302,6 +316,7 @@ __device__ __forceinline__ void chunk_range(int64_t n, int chunks, int c, int64_
 
 template <typename T>
 __global__ void __launch_bounds__(1024) split_hist_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
   __shared__ uint32_t hist[kMaxBins];
   const int64_t r = blockIdx.y;
   const stk::RowGeometry g = row_geom(p, r);
@@ -321,6 +336,7 @@ __global__ void __launch_bounds__(1024) split_hist_kernel(TopkParams p, SplitWs 
 }
 
 __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
   __shared__ uint32_t hist[kMaxBins];
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.x;
@@ -356,6 +372,7 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
 // edge, <= the m-th sample key).
 template <typename T>
 __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
   __shared__ uint32_t hist[kMaxBins];
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.x;
@@ -428,6 +445,7 @@ __device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
 
 template <typename T>
 __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.y;
   const SplitRowState* rs = reinterpret_cast<const SplitRowState*>(ws.state) + r;
@@ -460,6 +478,7 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
 
 template <typename T>
 __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.x;
@@ -558,6 +577,7 @@ __device__ void merge_select(const MergeParams& p, int64_t r, const uint64_t* a,
 // Merge: R candidate lists per row. Sort (index, value) pairs, keep the
 // highest value of each index, then select the top k keys.
 __global__ void __launch_bounds__(1024) merge_kernel(MergeParams p) {
+  pdl_enter();
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.x;
@@ -656,6 +676,7 @@ __device__ __forceinline__ int merge_dedupe_segment(uint64_t* a, int lo, int hi,
 }
 
 __global__ void __launch_bounds__(kMergeBlock) merge_bucket_kernel(MergeParams p) {
+  pdl_enter();
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   __shared__ uint32_t s_min, s_max, s_skew;
@@ -800,6 +821,7 @@ struct DevInfo {
   int smem_optin = 0;
   int max_cluster = 8;  // largest cluster size with active[] > 0
   int active[17] = {};  // active[C]: clusters of C blocks resident at once (full smem), C = 1..16
+  bool pdl = false;     // programmatic dependent launch (compute capability 9.0+)
   bool init = false;
 };
 
@@ -860,6 +882,9 @@ static const DevInfo& dev_info(int dev) {
     check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
     check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
           "device attribute");
+    int major = 0;
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
+    d.pdl = major >= 9;
     // raise every kernel's dynamic shared memory limit once, before any
     // graph capture can be in progress on a later call
     const int lim = d.smem_optin - 4096;
@@ -898,44 +923,67 @@ static size_t fixed_smem(const TopkParams& p) {
   return size_t(kMaxBins) * 4 + 1024 * 4 + size_t(p.cand_cap) * 8 + size_t(p.out_cap) * 8;
 }
 
+// Every launch goes through here: the caller's stream, an optional cluster
+// shape and, where the plan allows it, programmatic dependent launch (what the
+// kernels do with it: pdl_enter in topk_kernels.cuh).
+struct Launch {
+  cudaStream_t stream;
+  bool pdl;
+  template <typename... KArgs, typename... Args>
+  void operator()(void (*kernel)(KArgs...), dim3 grid, int block, size_t smem, int cluster,
+                  Args... args) const {
+    cudaLaunchAttribute a[2];
+    unsigned n = 0;
+    if (cluster > 0) a[n++] = cluster_attr(cluster);
+    if (pdl) {
+      a[n] = cudaLaunchAttribute{};
+      a[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(unsigned(block), 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = n ? a : nullptr;
+    cfg.numAttrs = n;
+    check(cudaLaunchKernelEx(&cfg, kernel, args...), "kernel launch");
+  }
+};
+
 template <typename T>
 static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
+  const Launch go{stream, plan.pdl};
+  const dim3 per_row(unsigned(p.rows));
   if (plan.cluster > 0) {
-    cudaLaunchAttribute a = cluster_attr(plan.cluster);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(plan.cluster), unsigned(p.rows), 1);
-    cfg.blockDim = dim3(unsigned(plan.block), 1, 1);
-    cfg.dynamicSmemBytes = size_t(plan.smem);
-    cfg.stream = stream;
-    cfg.attrs = &a;
-    cfg.numAttrs = 1;
-    check(cudaLaunchKernelEx(&cfg, topk_cluster_kernel<T>, p), "cluster launch");
+    go(topk_cluster_kernel<T>, dim3(unsigned(plan.cluster), unsigned(p.rows)), plan.block,
+       size_t(plan.smem), plan.cluster, p);
   } else if (plan.warp_wpb > 0) {
-    const unsigned blocks = unsigned((p.rows + plan.warp_wpb - 1) / plan.warp_wpb);
+    const dim3 blocks(unsigned((p.rows + plan.warp_wpb - 1) / plan.warp_wpb));
     if (plan.warp_m == 1)
-      topk_warp_kernel<T, 1><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
+      go(topk_warp_kernel<T, 1>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else
-      topk_warp_kernel<T, 2><<<blocks, 32 * plan.warp_wpb, 0, stream>>>(p);
+      go(topk_warp_kernel<T, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
   } else if (plan.sampled_rows) {
-    topk_sampled_rows_kernel<T><<<unsigned(p.rows), plan.block, plan.smem, stream>>>(p);
+    go(topk_sampled_rows_kernel<T>, per_row, plan.block, size_t(plan.smem), 0, p);
   } else if (plan.split && plan.sampled) {
-    SplitWs ws = plan.ws;
-    dim3 g2(ws.chunks, unsigned(p.rows));
-    split_sample_kernel<T><<<unsigned(p.rows), 1024, 0, stream>>>(p, ws);
-    split_gather_kernel<T><<<g2, 512, 0, stream>>>(p, ws);
-    split_final_kernel<T><<<unsigned(p.rows), 1024, plan.smem, stream>>>(p, ws);
+    const SplitWs ws = plan.ws;
+    const dim3 g2(ws.chunks, unsigned(p.rows));
+    go(split_sample_kernel<T>, per_row, 1024, 0, 0, p, ws);
+    go(split_gather_kernel<T>, g2, 512, 0, 0, p, ws);
+    go(split_final_kernel<T>, per_row, 1024, size_t(plan.smem), 0, p, ws);
   } else if (plan.split) {
-    SplitWs ws = plan.ws;
+    const SplitWs ws = plan.ws;
     check(cudaMemsetAsync(ws.hist, 0, size_t(p.rows) * kMaxBins * 4, stream), "memset");
-    dim3 g2(ws.chunks, unsigned(p.rows));
-    split_hist_kernel<T><<<g2, 512, 0, stream>>>(p, ws);
-    split_find_kernel<<<unsigned(p.rows), 512, 0, stream>>>(p, ws);
-    split_gather_kernel<T><<<g2, 512, 0, stream>>>(p, ws);
-    split_final_kernel<T><<<unsigned(p.rows), 1024, plan.smem, stream>>>(p, ws);
+    const dim3 g2(ws.chunks, unsigned(p.rows));
+    go(split_hist_kernel<T>, g2, 512, 0, 0, p, ws);
+    go(split_find_kernel, per_row, 512, 0, 0, p, ws);
+    go(split_gather_kernel<T>, g2, 512, 0, 0, p, ws);
+    go(split_final_kernel<T>, per_row, 1024, size_t(plan.smem), 0, p, ws);
   } else {
-    topk_rows_kernel<T><<<unsigned(p.rows), plan.block, plan.smem, stream>>>(p);
+    go(topk_rows_kernel<T>, per_row, plan.block, size_t(plan.smem), 0, p);
   }
-  check(cudaGetLastError(), "kernel launch");
 }
 
 // Path overrides for tests and A/B timing: SPARSETOPK_NV_PATH, a comma list of
@@ -973,6 +1021,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   stampblock=N  the one-block kernels' clock stamps (STK_CLOCK, slots 16..,
 //                 29, 30) record block N (default 0; the cluster kernel's stay
 //                 block 0)
+//   no-pdl        launch without programmatic dependent launch (default on
+//                 sm_90+: each call's blocks become resident while the
+//                 previous kernel on the stream finishes)
 //   rank-block0   the cluster kernel's rank order: block 0 sorts every key
 //                 (default from C = 5 and 129 keys: every block sorts its own
 //                 and ranks them against the others' runs)
@@ -997,6 +1048,7 @@ struct PathOpts {
   int sample_runs = 2;    // sampled rows: sample runs of 8 columns per thread
   bool cluster_span = true;
   int stamp_block = 0;
+  bool pdl = true;
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -1041,6 +1093,7 @@ static PathOpts path_opts() {
     else if (const int n = int_token(t, "sruns", 4); n > 0) o.sample_runs = n;
     else if (t == "no-sampled-rows") o.sampled_rows = 0;
     else if (t == "no-cspan") o.cluster_span = false;
+    else if (t == "no-pdl") o.pdl = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -1048,7 +1101,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -1058,6 +1111,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   const DevInfo& d = dev_info(dev);
   const PathOpts opt = path_opts();
   Plan plan;
+  plan.pdl = d.pdl && opt.pdl;
   const int k = p.k;
   p.out_cap = pow2_at_least(std::max(k, 2));  // even: keeps the resident row 16B aligned
   const int64_t W = p.width;
@@ -1215,42 +1269,40 @@ void cluster_stamps(unsigned long long* out32) {
 
 void launch_merge(MergeParams p, int dev, uintptr_t stream) {
   check(cudaSetDevice(dev), "cudaSetDevice");
-  dev_info(dev);
+  const DevInfo& d = dev_info(dev);
   if (p.rows == 0) return;
   const int N = p.R * p.k_in;
-  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   const PathOpts opt = path_opts();
+  const Launch go{reinterpret_cast<cudaStream_t>(stream), d.pdl && opt.pdl};
   if (std::max(N, p.k) <= 256 && opt.warp != 0) {
     // one warp per row
     const int need = std::max(N, p.k);
-    const unsigned blocks = unsigned((p.rows + 3) / 4);
+    const dim3 blocks(unsigned((p.rows + 3) / 4));
     if (need <= 32)
-      merge_warp_kernel<1><<<blocks, 128, 0, st>>>(p);
+      go(merge_warp_kernel<1>, blocks, 128, 0, 0, p);
     else if (need <= 64)
-      merge_warp_kernel<2><<<blocks, 128, 0, st>>>(p);
+      go(merge_warp_kernel<2>, blocks, 128, 0, 0, p);
     else if (need <= 128)
-      merge_warp_kernel<4><<<blocks, 128, 0, st>>>(p);
+      go(merge_warp_kernel<4>, blocks, 128, 0, 0, p);
     else
-      merge_warp_kernel<8><<<blocks, 128, 0, st>>>(p);
-    check(cudaGetLastError(), "merge launch");
+      go(merge_warp_kernel<8>, blocks, 128, 0, 0, p);
     return;
   }
   p.n_pad = pow2_at_least(std::max(N, 2));
   p.out_cap = pow2_at_least(std::max(p.k, 1));
   const int block = 1024;
   if (p.n_pad > 16 * block) throw std::invalid_argument("merge: too many candidates per row");
+  const dim3 per_row(unsigned(p.rows));
   if (!opt.legacy_merge) {
     // pairs | union(bucket counters, select histogram + rank buffer)
     const size_t nb = size_t(std::max(p.n_pad, kMergeBlock));
     const size_t uni = std::max(nb * 4, size_t(kMaxBins) * 4 + size_t(p.out_cap) * 8);
     const size_t smem = size_t(p.n_pad) * 8 + uni;
-    merge_bucket_kernel<<<unsigned(p.rows), kMergeBlock, smem, st>>>(p);
-    check(cudaGetLastError(), "merge launch");
+    go(merge_bucket_kernel, per_row, kMergeBlock, smem, 0, p);
     return;
   }
   const size_t smem = size_t(kMaxBins) * 4 + size_t(p.out_cap) * 8 + size_t(p.n_pad) * 8;
-  merge_kernel<<<unsigned(p.rows), block, smem, reinterpret_cast<cudaStream_t>(stream)>>>(p);
-  check(cudaGetLastError(), "merge launch");
+  go(merge_kernel, per_row, block, smem, 0, p);
 }
 
 }  // namespace stk_nv

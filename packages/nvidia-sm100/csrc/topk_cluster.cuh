@@ -964,10 +964,22 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   const int C = int(cl.num_blocks());
   const int rank = int(cl.block_rank());
   const int64_t r = blockIdx.y;
+  ClusterLayout L = carve_cluster(smem, p, C);
+  // shared-memory setup needs no global data: before the launch wait
+  pdl_trigger();
+  for (int i = threadIdx.x; i < kCBins; i += blockDim.x) L.h[i] = 0;
+  if (threadIdx.x == 0) {
+    fin_n = 0;
+    mbar_init(&hbars[0]);  // (visible to the cluster after the start barrier below)
+    mbar_init(&hbars[1]);
+    mbar_init(&fbar);
+  }
+  __syncthreads();
+  pdl_warm(p);
+  pdl_wait();
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
-  ClusterLayout L = carve_cluster(smem, p, C);
   uint64_t* const scratch = reinterpret_cast<uint64_t*>(L.region);  // (rank order, once src is read)
   using raw = typename Scalar<T>::raw;
   const raw* base = row_scores<T>(p, r, g);
@@ -977,14 +989,6 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   STK_STAMP(0);
   unsigned long long* const npass = p.stamps ? &g_cluster_stamps[31] : nullptr;
   if (npass && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *npass = 0;
-  for (int i = threadIdx.x; i < kCBins; i += blockDim.x) L.h[i] = 0;
-  if (threadIdx.x == 0) {
-    fin_n = 0;
-    mbar_init(&hbars[0]);  // (visible to the cluster after the start barrier below)
-    mbar_init(&hbars[1]);
-    mbar_init(&fbar);
-  }
-  __syncthreads();
   HistXchg xch{L.recv, hbars, 0u, p.cluster_mbar != 0};
   // the final select and the output: cluster_finish once the bin holds <=
   // fin_cap keys, else passes down to Tk and cluster_output. Resident rows

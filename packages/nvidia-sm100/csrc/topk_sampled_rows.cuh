@@ -29,6 +29,7 @@ constexpr int kSampleSpan = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p) {
+  pdl_begin(p);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   using raw = typename Scalar<T>::raw;

@@ -592,6 +592,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
 
 template <typename T, int M>
 __global__ void __launch_bounds__(128) topk_warp_kernel(TopkParams p) {
+  pdl_begin(p);
   __shared__ WarpSmem sm[kWarpMaxWpb];
   const int w = threadIdx.x >> 5;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + w;
@@ -649,6 +650,7 @@ __device__ void warp_merge_row(const MergeParams& p, int64_t r) {
 
 template <int P>
 __global__ void __launch_bounds__(128) merge_warp_kernel(MergeParams p) {
+  pdl_enter();
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= p.rows) return;
   warp_merge_row<P>(p, r);

@@ -52,7 +52,7 @@ pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and t
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
-         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan"]
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan", "split,no-pdl"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -251,6 +251,7 @@ def test_plan_reports_paths(monkeypatch):
     monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["cluster"] >= 8 and not p["split"] and not p["online"]  # few long rows: cluster; online is opt-in
+    assert p["pdl"] == (torch.cuda.get_device_capability(0)[0] >= 9)  # programmatic dependent launch on sm_90+
     assert C.plan(64, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover the GPU
     assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # ... most of it (the largest size that fits: 6 on an H200)
     p = C.plan(4096, 131072, 2048, 0)
@@ -275,8 +276,9 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(4096, 131072, 2048, 0)["online"] and not C.plan(4096, 131072, 2048, 0)["sampled_rows"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows")
     assert C.plan(4, 5000, 16, 0)["sampled_rows"]
-    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,sruns=4,stampblock=7,no-cspan,cluster=7")
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,sruns=4,stampblock=7,no-cspan,no-pdl,cluster=7")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 7
+    assert not C.plan(3, 5000, 16, 0)["pdl"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["split"] and not p["sampled"]

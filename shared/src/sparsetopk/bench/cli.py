@@ -23,7 +23,10 @@ METHOD_CUDA = (
     "CUDA events; the time per call is the median replay time / calls. Eager time (the same calls "
     "launched from Python, timed with events) is also recorded in the JSON. torch.topk (and FlashInfer / "
     "vLLM kernels when importable) run the dense version of the cell in the same run. The registry's "
-    "pick is `sparsetopk.registry.select(call)`; regret = pick's time / best backend's time."
+    "pick is `sparsetopk.registry.select(call)`; regret = pick's time / best backend's time. "
+    "Backends that launch with programmatic dependent launch (nvidia-sm100 on sm_90+) overlap each "
+    "call's launch with the previous call's tail in the graph, as they would after a producer kernel "
+    "that triggers its dependents early; torch.topk and the peers do not."
 )
 METHOD_CPU = (
     "CPU run: each backend's call is timed with a wall clock (time.perf_counter), median of {rep} calls "

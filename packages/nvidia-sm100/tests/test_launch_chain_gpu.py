@@ -1,0 +1,87 @@
+"""Back-to-back calls on one stream, each reading what the call before it
+wrote, with and without programmatic dependent launch (PDL: on by default on
+sm_90+, off with SPARSETOPK_NV_PATH=no-pdl). Under PDL a call's blocks start
+while the previous kernel still runs; each kernel must wait for it before its
+first read. The producer's outputs are reset to sentinels (+inf values,
+index -7) by a torch kernel before every producer call, so a consumer that
+reads early sees the sentinels and its answer differs from the reference
+applied, after a sync, to what the producer finally wrote. Eager and
+graph-replayed. Skips without CUDA."""
+
+import pytest
+import torch
+
+import sparsetopk
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+NV = "nvidia-sm100"
+
+
+@pytest.fixture(params=["auto", "no-pdl"])
+def path(request, monkeypatch):
+    # the extension reads SPARSETOPK_NV_PATH on every call
+    if request.param == "auto":
+        monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
+    else:
+        monkeypatch.setenv("SPARSETOPK_NV_PATH", request.param)
+    return request.param
+
+
+# (rows, width, k of the producer): the sampled-rows kernel, the cluster
+# kernel, the warp kernel
+SHAPES = [(512, 65536, 2048), (8, 1 << 20, 2048), (4096, 4096, 64)]
+
+
+def _chain(x, k1, bufs):
+    """producer topk -> consumer topk over its values -> merge of its lists."""
+    idx1, val1, idx2, val2, idx3, val3 = bufs
+    rows = x.shape[0]
+    idx1.fill_(-7)
+    val1.fill_(float("inf"))
+    sparsetopk.topk(x, k1, order="any", return_values=True, backend=NV, out=(idx1, val1))
+    sparsetopk.topk(val1, 16, order="rank", return_values=True, backend=NV, out=(idx2, val2))
+    R = 4
+    sparsetopk.merge(idx1.view(rows, R, k1 // R), val1.view(rows, R, k1 // R), 32, order="rank",
+                     backend=NV, out=(idx3, val3))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}k{s[2]}")
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_consumer_sees_producer_writes(path, shape, graph):
+    rows, width, k1 = shape
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(rows + width)
+    xs = [torch.randn(rows, width, device=dev, generator=g) for _ in range(2)]
+    bufs = (torch.empty(rows, k1, dtype=torch.int32, device=dev), torch.empty(rows, k1, device=dev),
+            torch.empty(rows, 16, dtype=torch.int32, device=dev), torch.empty(rows, 16, device=dev),
+            torch.empty(rows, 32, dtype=torch.int32, device=dev), torch.empty(rows, 32, device=dev))
+    if graph:
+        _chain(xs[0], k1, bufs)  # warm up (plans, workspaces) outside the capture
+        torch.cuda.synchronize()
+        graphs = []
+        for x in xs:
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                _chain(x, k1, bufs)
+            graphs.append(gr)
+    for rep in range(3):
+        for j, x in enumerate(xs):
+            if graph:
+                graphs[j].replay()
+            else:
+                _chain(x, k1, bufs)
+            torch.cuda.synchronize()
+            idx1, val1, idx2, val2, idx3, val3 = (b.clone() for b in bufs)
+            assert (idx1 >= 0).all() and torch.isfinite(val1).all()
+            want2 = sparsetopk.topk(val1, 16, order="rank", return_values=True, backend="reference")
+            assert torch.equal(idx2, want2.indices), (rep, j)
+            assert torch.equal(val2, want2.values), (rep, j)
+            R = 4
+            want3 = sparsetopk.merge(idx1.view(rows, R, k1 // R), val1.view(rows, R, k1 // R), 32, order="rank",
+                                     backend="reference")
+            assert torch.equal(idx3, want3.indices), (rep, j)
+            assert torch.equal(val3, want3.values), (rep, j)
+            # and the chain as a whole: the top 16 of x, through the producer's list
+            top = torch.topk(x, 16, dim=1).values
+            assert torch.equal(val2, top), (rep, j)
