@@ -411,6 +411,9 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
   const uint64_t x0 = lane < S ? buf[lane] : 0ull;
   const uint64_t x1 = lane + 32 < S ? buf[lane + 32] : 0ull;
   int r0 = 0, r1 = 0;
+  // unrolled: the shared loads of several entries in flight at once
+  // (measured on the H200: 4096 x 4096 21.72 -> 21.61 us, 512 x 1344 even)
+#pragma unroll 8
   for (int q = 0; q < S; ++q) {
     const uint64_t y = buf[q];
     r0 += y > x0;
@@ -429,6 +432,7 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
     tk = vmax(tk, warp_shfl_xor(tk, 4));
     tk = vmax(tk, warp_shfl_xor(tk, 8));
     tk = vmax(tk, warp_shfl_xor(tk, 16));
+#pragma unroll 8
     for (int q = 0; q < S; ++q) {
       const uint64_t y = buf[q];
       const uint32_t jy = stk::key_index(y, tie);
