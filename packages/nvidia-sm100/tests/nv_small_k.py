@@ -1,5 +1,5 @@
-"""Helpers of the small-k GPU tests (warp kernel, one-block bounded path):
-the extension's plan for a shape, and a check against the reference backend."""
+"""Helpers of the package's GPU tests: the extension's plan for a shape, a
+check against the reference backend, forcing a path (SPARSETOPK_NV_PATH)."""
 
 import torch
 
@@ -12,6 +12,16 @@ def plan(rows, width, k):
     from sparsetopk_nvidia_sm100 import _backend
 
     return _backend._ext().plan(rows, width, k, torch.cuda.current_device())
+
+
+def set_path(monkeypatch, value):
+    """SPARSETOPK_NV_PATH=value for one test ("auto": unset); the extension
+    reads it on every call."""
+    if value == "auto":
+        monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
+    else:
+        monkeypatch.setenv("SPARSETOPK_NV_PATH", value)
+    return value
 
 
 def check(x, k, **kw):

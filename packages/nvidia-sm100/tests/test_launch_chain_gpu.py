@@ -10,6 +10,7 @@ graph-replayed. Skips without CUDA."""
 
 import pytest
 import torch
+from nv_small_k import set_path
 
 import sparsetopk
 
@@ -20,12 +21,7 @@ NV = "nvidia-sm100"
 
 @pytest.fixture(params=["auto", "no-pdl"])
 def path(request, monkeypatch):
-    # the extension reads SPARSETOPK_NV_PATH on every call
-    if request.param == "auto":
-        monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
-    else:
-        monkeypatch.setenv("SPARSETOPK_NV_PATH", request.param)
-    return request.param
+    return set_path(monkeypatch, request.param)
 
 
 # (rows, width, k of the producer): the sampled-rows kernel, the cluster

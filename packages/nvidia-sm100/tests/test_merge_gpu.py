@@ -8,6 +8,7 @@ and bit-identical repeats (order "any" included). Skips without CUDA."""
 
 import pytest
 import torch
+from nv_small_k import set_path
 
 import sparsetopk
 
@@ -20,12 +21,7 @@ TIES = ("low", "high")
 
 @pytest.fixture(params=["auto", "legacy-merge"])
 def path(request, monkeypatch):
-    # the extension reads SPARSETOPK_NV_PATH on every call
-    if request.param == "auto":
-        monkeypatch.delenv("SPARSETOPK_NV_PATH", raising=False)
-    else:
-        monkeypatch.setenv("SPARSETOPK_NV_PATH", request.param)
-    return request.param
+    return set_path(monkeypatch, request.param)
 
 
 def _check(idx, val, k, order, tie):
