@@ -106,6 +106,23 @@ __device__ __forceinline__ SmemLayout carve(unsigned char* sm, const TopkParams&
   return L;
 }
 
+// What a one-block kernel (rows, sampled rows) knows of its row r: the
+// geometry, the output row, its shared-memory layout and the global source.
+template <typename T>
+struct BlockRow {
+  RowCtx c;
+  OutRow out;
+  SmemLayout L;
+  GlobalSrc<T> gsrc;
+  __device__ __forceinline__ BlockRow(const TopkParams& p, unsigned char* smem, int64_t r) {
+    const stk::RowGeometry g = row_geom(p, r);
+    c = make_ctx(p, g);
+    out = make_out(p, r);
+    L = carve(smem, p);
+    gsrc.init(row_scores<T>(p, r, g), 0, c.n, c);
+  }
+};
+
 // Selects from a source (global row or resident row) with the candidate
 // gather, and writes the row's output.
 template <class Src>
@@ -244,15 +261,11 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   STK_CLOCK(0);
-  const int64_t r = blockIdx.x;
-  const stk::RowGeometry g = row_geom(p, r);
-  const RowCtx c = make_ctx(p, g);
-  const OutRow out = make_out(p, r);
-  SmemLayout L = carve(smem, p);
-  using raw = typename Scalar<T>::raw;
-  const raw* base = row_scores<T>(p, r, g);
-  GlobalSrc<T> gsrc;
-  gsrc.init(base, 0, c.n, c);
+  const BlockRow<T> row(p, smem, blockIdx.x);  // copied out: values, as the callees expect
+  const RowCtx c = row.c;
+  const OutRow out = row.out;
+  SmemLayout L = row.L;
+  const GlobalSrc<T> gsrc = row.gsrc;
   const int64_t n = c.n;
   if (n <= p.k) {
     finish(gsrc, 1ull, int(n), p.order, out, L.outbuf, s);

@@ -34,14 +34,11 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   __shared__ BlockScratch s;
   using raw = typename Scalar<T>::raw;
   STK_CLOCK(0);
-  const int64_t r = blockIdx.x;
-  const stk::RowGeometry g = row_geom(p, r);
-  const RowCtx c = make_ctx(p, g);
-  const OutRow out = make_out(p, r);
-  SmemLayout L = carve(smem, p);
-  const raw* base = row_scores<T>(p, r, g);
-  GlobalSrc<T> gsrc;
-  gsrc.init(base, 0, c.n, c);
+  const BlockRow<T> row(p, smem, blockIdx.x);  // copied out: values, as the callees expect
+  const RowCtx c = row.c;
+  const OutRow out = row.out;
+  SmemLayout L = row.L;
+  const GlobalSrc<T> gsrc = row.gsrc;
   const int64_t n = c.n;
   const int k = p.k;
   if (n <= k) {
