@@ -78,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
         d["sampled_rows"] = plan.sampled_rows;
         d["cluster"] = plan.cluster;
         d["pdl"] = plan.pdl;
+        d["tile"] = plan.tile;
         d["online"] = p.online != 0;
         d["block"] = plan.block;
         d["smem"] = plan.smem;

@@ -54,6 +54,7 @@ struct Plan {
   bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
   bool sampled_rows = false;  // topk_sampled_rows_kernel (one 256-thread block per row)
   int cluster = 0;       // > 0: one cluster of this many blocks per row (topk_cluster_kernel)
+  bool tile = false;     // topk_tile_kernel (rows of one tile, k <= 64) instead of topk_rows_kernel
   bool pdl = false;      // launch with programmatic dependent launch (SPARSETOPK_NV_PATH=no-pdl: off)
   int block = 256;
   int smem = 0;

@@ -70,6 +70,11 @@ __device__ __forceinline__ void pdl_warm(const TopkParams& p) {
                "l"(p.force_begin), "l"(p.out_idx), "l"(p.out_val_stride), "r"(p.k), "r"(p.cand_cap),
                "r"(p.bulk), "r"(p.stamp_block));
 }
+// Row geometry from the parameters alone (no lengths tensor, no starts):
+// then a kernel may work it out before the launch wait.
+__device__ __forceinline__ bool param_geometry(const TopkParams& p) {
+  return p.starts_mode == 0 && (p.len_mode == 0 || p.len_mode == 3);
+}
 __device__ __forceinline__ void pdl_begin(const TopkParams& p) {
   pdl_warm(p);
   pdl_enter();
@@ -198,23 +203,19 @@ __device__ __forceinline__ int online_cap(const TopkParams& p) { return p.cand_c
 // take the radix select over the resident copy, which is always written.
 constexpr int kBoundMaxK = 64;
 
-template <class Src>
+template <class Src, class Ties>
 __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p, const OutRow& out,
-                                 SmemLayout& L, BlockScratch& s) {
+                                 SmemLayout& L, BlockScratch& s, Ties&& ties) {
   STK_CLOCK(1);
   if (threadIdx.x == 0) s.flag = 0;  // survivor count (block_bound's barrier orders this first)
   const int64_t gs = gsrc.first() + int64_t(threadIdx.x) * kItems;
-  uint32_t u[kItems];
+  uint32_t u[kItems] = {0, 0, 0, 0, 0, 0, 0, 0};  // 0: no column (below every score)
   uint32_t m = 0, tmax = 0;
-  {
-    uint64_t key[kItems];
-    if (gs < gsrc.end()) m = gsrc.load(gs, key);
+  if (gs < gsrc.end()) m = gsrc.load_ord(gs, u);
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      u[i] = ((m >> i) & 1u) ? uint32_t(key[i] >> 32) : 0u;  // 0: no column (below every score)
-      if ((m >> i) & 1u) L.res[gs + i] = u[i];
-      tmax = max(tmax, u[i]);
-    }
+  for (int i = 0; i < kItems; ++i) {
+    if ((m >> i) & 1u) L.res[gs + i] = u[i];
+    tmax = max(tmax, u[i]);
   }
   asm volatile("" ::"r"(tmax));  // the loads are consumed before STK_CLOCK(2) (profiling; measured with it)
   STK_CLOCK(2);
@@ -249,8 +250,7 @@ __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p
     STK_CLOCK(6);
     return;
   }
-  ResSrc rs{L.res, n, c, 0};
-  select_and_finish(rs, n, p, out, L, s, SelState{0ull, 0, p.k});
+  ties();  // the radix select over the resident copy
   STK_CLOCK(7);
 }
 
@@ -275,7 +275,10 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   if (n <= p.res_cap) {
     const int64_t step = int64_t(blockDim.x) * kItems;
     if (p.k <= kBoundMaxK && gsrc.end() - gsrc.first() <= step) {
-      resident_bounded(gsrc, n, p, out, L, s);
+      resident_bounded(gsrc, n, p, out, L, s, [&] {
+        ResSrc rs{L.res, n, c, 0};
+        select_and_finish(rs, n, p, out, L, s, SelState{0ull, 0, p.k});
+      });
       return;
     }
 #pragma unroll 2
@@ -295,6 +298,41 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   } else {
     select_and_finish(gsrc, n, p, out, L, s, st);
   }
+}
+
+// The tile kernel's heavy-ties path (more survivors of the bound than
+// threads: the radix select over the resident copy), out of line so the
+// kernel's hot path is laid out together: inside the rows kernel (~390 KB of
+// code) the bounded path jumps across it (no-instruction stalls under ncu at
+// 64 x 1344).
+template <typename T>
+__device__ __noinline__ void tile_ties(TopkParams p, RowCtx c, OutRow out, SmemLayout L, BlockScratch& s) {
+  ResSrc rs{L.res, c.n, c, 0};
+  select_and_finish(rs, c.n, p, out, L, s, SelState{0ull, 0, p.k});
+}
+
+// Rows of one tile each and k <= kBoundMaxK (decode rows up to 8K columns
+// on fewer rows than SMs): resident_bounded alone, which also serves rows of
+// at most k columns (fewer than k thread maxima: no bound, every column is
+// ranked), so the row's loads are the first thing after the launch wait.
+// Geometry that needs no global read (no lengths tensor, no starts) is
+// worked out before the wait, under the previous kernel's tail.
+// Measured on the H200 (bench views, same call): 64 x 1344 k=16 3.13 us vs
+// 3.54 in the rows kernel.
+template <typename T>
+__global__ void __launch_bounds__(1024) topk_tile_kernel(TopkParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  pdl_warm(p);
+  if (!param_geometry(p)) pdl_wait();
+  const BlockRow<T> row(p, smem, blockIdx.x);
+  const RowCtx c = row.c;
+  const OutRow out = row.out;
+  SmemLayout L = row.L;
+  const GlobalSrc<T> gsrc = row.gsrc;
+  pdl_enter();
+  STK_CLOCK(0);
+  resident_bounded(gsrc, c.n, p, out, L, s, [&] { tile_ties<T>(p, c, out, L, s); });
 }
 
 // ----------------------------------------------------------------------------
@@ -904,6 +942,9 @@ static const DevInfo& dev_info(int dev) {
     allow_smem(topk_rows_kernel<float>, lim);
     allow_smem(topk_rows_kernel<bf16_tag>, lim);
     allow_smem(topk_rows_kernel<f16_tag>, lim);
+    allow_smem(topk_tile_kernel<float>, lim);
+    allow_smem(topk_tile_kernel<bf16_tag>, lim);
+    allow_smem(topk_tile_kernel<f16_tag>, lim);
     allow_smem(split_final_kernel<float>, lim);
     allow_smem(split_final_kernel<bf16_tag>, lim);
     allow_smem(split_final_kernel<f16_tag>, lim);
@@ -994,6 +1035,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
     go(split_find_kernel, per_row, 512, 0, 0, p, ws);
     go(split_gather_kernel<T>, g2, 512, 0, 0, p, ws);
     go(split_final_kernel<T>, per_row, 1024, size_t(plan.smem), 0, p, ws);
+  } else if (plan.tile) {
+    go(topk_tile_kernel<T>, per_row, plan.block, size_t(plan.smem), 0, p);
   } else {
     go(topk_rows_kernel<T>, per_row, plan.block, size_t(plan.smem), 0, p);
   }
@@ -1034,6 +1077,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   stampblock=N  the one-block kernels' clock stamps (STK_CLOCK, slots 16..,
 //                 29, 30) record block N (default 0; the cluster kernel's stay
 //                 block 0)
+//   no-tile       rows of one tile (k <= 64) take the rows kernel, not the
+//                 tile kernel
 //   no-pdl        launch without programmatic dependent launch (default on
 //                 sm_90+: each call's blocks become resident while the
 //                 previous kernel on the stream finishes)
@@ -1062,6 +1107,7 @@ struct PathOpts {
   bool cluster_span = true;
   int stamp_block = 0;
   bool pdl = true;
+  bool tile = true;
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -1107,6 +1153,7 @@ static PathOpts path_opts() {
     else if (t == "no-sampled-rows") o.sampled_rows = 0;
     else if (t == "no-cspan") o.cluster_span = false;
     else if (t == "no-pdl") o.pdl = false;
+    else if (t == "no-tile") o.tile = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -1114,7 +1161,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-tile, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -1238,7 +1285,11 @@ Plan plan_topk(TopkParams& p, int dev) {
     // k <= kBoundMaxK: one tile per row (resident_bounded), so as many whole
     // warps as the row has 8-column tiles, plus one for the alignment head
     const int64_t tiles = (W + kItems - 1) / kItems + 1;
-    if (k <= kBoundMaxK && tiles <= 1024) plan.block = int(std::max<int64_t>(128, (tiles + 31) / 32 * 32));
+    if (k <= kBoundMaxK && tiles <= 1024) {
+      plan.block = int(std::max<int64_t>(128, (tiles + 31) / 32 * 32));
+      // every row is one tile and resident: the tile kernel
+      plan.tile = opt.tile && res >= (W + 7) / 8 * 8;
+    }
   }
   return plan;
 }

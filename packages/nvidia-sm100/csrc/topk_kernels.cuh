@@ -113,6 +113,10 @@ struct RowCtx {
   __device__ __forceinline__ uint64_t key_of_ord(uint32_t ord, int64_t j) const {
     return stk::make_key(ord, uint32_t(j * scale + offset), tie);
   }
+  // No column of positions [j, j + cnt) is forced (g increases with j: scale >= 1).
+  __device__ __forceinline__ bool unforced(int64_t j, int cnt) const {
+    return j * scale + offset >= force_begin && (j + cnt - 1) * scale + offset < length - force_end;
+  }
 };
 
 // ----------------------------------------------------------------------------
@@ -209,6 +213,22 @@ struct GlobalSrc {
   static __device__ __forceinline__ uint32_t vec_f32(const uint4& r, int i) {
     const uint32_t w = (i * sizeof(raw) / 4) == 0 ? r.x : (i * sizeof(raw) / 4) == 1 ? r.y : (i * sizeof(raw) / 4) == 2 ? r.z : r.w;
     return Scalar<T>::f32(raw(sizeof(raw) == 4 ? w : (w >> (16 * (i & 1))) & 0xffffu));
+  }
+  // The ordered canonical scores of positions gs..gs+7 (forcing applied; 0
+  // where the mask bit is clear). A whole tile with no forced column, the
+  // common case, skips key_of_bits' per-column index arithmetic.
+  __device__ __forceinline__ uint32_t load_ord(int64_t gs, uint32_t (&u)[kItems]) const {
+    uint32_t bits[kItems];
+    const uint32_t mask = load_bits(gs, bits);
+    if (mask == 0xffu && c.unforced(gs, kItems)) {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) u[i] = stk::ordered_canonical_u32(bits[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+        u[i] = ((mask >> i) & 1u) ? uint32_t(c.key_of_bits(bits[i], gs + i) >> 32) : 0u;
+    }
+    return mask;
   }
   __device__ __forceinline__ uint64_t key1(int64_t j, uint32_t bits) const { return c.key_of_bits(bits, j); }
   // ...and their keys (garbage where the mask bit is clear).
@@ -376,12 +396,15 @@ __device__ __forceinline__ uint32_t block_bound(uint32_t v, int k, int nf, uint3
   if (w < ne && q <= 32) {
     uint32_t t = 0;
     if (q <= 8) {
-      uint32_t x = v;
+      // lane number in the low 5 bits: values distinct, so a round's maximum
+      // leaves by one compare; the q-th largest packed value t' has q lanes
+      // whose v >= t' & ~31 (a bound looser by under 32 ordered steps)
+      uint32_t x = (v & ~31u) | uint32_t(lane);
       for (int i = 0; i < q; ++i) {
         t = __reduce_max_sync(0xffffffffu, x);
-        const uint32_t who = __ballot_sync(0xffffffffu, x == t);
-        if (lane == __ffs(who) - 1) x = 0;  // one copy of the maximum leaves
+        if (x == t) x = 0;
       }
+      t &= ~31u;
     } else {
       uint32_t s[1] = {v};
       warp_bitonic<1, true>(s);  // lane i: the (i+1)-th largest

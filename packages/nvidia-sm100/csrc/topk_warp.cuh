@@ -458,8 +458,8 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
   }
 }
 
-template <typename T, int M>
-__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
+template <typename T, int M, class Ready>
+__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
@@ -467,6 +467,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
   constexpr int kNv = WarpRow<T>::kNv, kEpv = WarpRow<T>::kEpv;
   WarpRow<T> row;
   row.init(row_scores<T>(p, r, g), c.n, c);
+  ready();  // the launch wait, if the geometry above did not need it
   const int k = p.k;
   const int lane = threadIdx.x & 31;
   const int64_t nch = c.n > 0 ? row.chunks() : 0;
@@ -596,12 +597,18 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm) {
 
 template <typename T, int M>
 __global__ void __launch_bounds__(128) topk_warp_kernel(TopkParams p) {
-  pdl_begin(p);
+  pdl_warm(p);
   __shared__ WarpSmem sm[kWarpMaxWpb];
   const int w = threadIdx.x >> 5;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + w;
+  // geometry that needs no global read (no lengths tensor, no starts; its
+  // 64-bit divisions included) is worked out before the launch wait
+  const bool early = param_geometry(p);
+  if (!early || r >= p.rows) pdl_enter();
   if (r >= p.rows) return;  // whole warp leaves together
-  warp_topk_row<T, M>(p, r, sm[w]);
+  warp_topk_row<T, M>(p, r, sm[w], [&] {
+    if (early) pdl_enter();
+  });
 }
 
 // ----------------------------------------------------------------------------
