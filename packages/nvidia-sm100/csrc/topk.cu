@@ -233,12 +233,15 @@ __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p
   const RowCtx& c = gsrc.c;
   if (sel) {
     int pos = atomicAdd(&s.flag, __popc(sel));
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-      if ((sel >> i) & 1u) {
-        if (pos < int(blockDim.x)) L.cand[pos] = c.key_of_ord(u[i], gs + i);
-        ++pos;
-      }
+    // a thread has one or two survivors, typically: visit only those (their
+    // scores read back from this thread's own resident copy, as registers
+    // cannot be indexed), not eight predicated key builds
+    do {
+      const int i = __ffs(sel) - 1;
+      sel &= sel - 1;
+      if (pos < int(blockDim.x)) L.cand[pos] = c.key_of_ord(L.res[gs + i], gs + i);
+      ++pos;
+    } while (sel);
   }
   __syncthreads();
   const int total = s.flag;
