@@ -203,7 +203,10 @@ __device__ __forceinline__ int online_cap(const TopkParams& p) { return p.cand_c
 // take the radix select over the resident copy, which is always written.
 constexpr int kBoundMaxK = 64;
 
-template <class Src, class Ties>
+// SurvivorLoop: the append visits only a thread's survivors (tile kernel:
+// 64 x 1344 2.94 -> 2.81 us on the H200); the rows kernel keeps eight
+// predicated key builds, as the loop spills there (sm_90a, 64 registers).
+template <bool SurvivorLoop, class Src, class Ties>
 __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p, const OutRow& out,
                                  SmemLayout& L, BlockScratch& s, Ties&& ties) {
   STK_CLOCK(1);
@@ -233,15 +236,24 @@ __device__ void resident_bounded(const Src& gsrc, int64_t n, const TopkParams& p
   const RowCtx& c = gsrc.c;
   if (sel) {
     int pos = atomicAdd(&s.flag, __popc(sel));
-    // a thread has one or two survivors, typically: visit only those (their
-    // scores read back from this thread's own resident copy, as registers
-    // cannot be indexed), not eight predicated key builds
-    do {
-      const int i = __ffs(sel) - 1;
-      sel &= sel - 1;
-      if (pos < int(blockDim.x)) L.cand[pos] = c.key_of_ord(L.res[gs + i], gs + i);
-      ++pos;
-    } while (sel);
+    if (SurvivorLoop) {
+      // a thread has one or two survivors, typically: visit only those (their
+      // scores read back from this thread's own resident copy, as registers
+      // cannot be indexed), not eight predicated key builds
+      do {
+        const int i = __ffs(sel) - 1;
+        sel &= sel - 1;
+        if (pos < int(blockDim.x)) L.cand[pos] = c.key_of_ord(L.res[gs + i], gs + i);
+        ++pos;
+      } while (sel);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+        if ((sel >> i) & 1u) {
+          if (pos < int(blockDim.x)) L.cand[pos] = c.key_of_ord(u[i], gs + i);
+          ++pos;
+        }
+    }
   }
   __syncthreads();
   const int total = s.flag;
@@ -278,7 +290,7 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
   if (n <= p.res_cap) {
     const int64_t step = int64_t(blockDim.x) * kItems;
     if (p.k <= kBoundMaxK && gsrc.end() - gsrc.first() <= step) {
-      resident_bounded(gsrc, n, p, out, L, s, [&] {
+      resident_bounded<false>(gsrc, n, p, out, L, s, [&] {
         ResSrc rs{L.res, n, c, 0};
         select_and_finish(rs, n, p, out, L, s, SelState{0ull, 0, p.k});
       });
@@ -335,7 +347,7 @@ __global__ void __launch_bounds__(1024) topk_tile_kernel(TopkParams p) {
   const GlobalSrc<T> gsrc = row.gsrc;
   pdl_enter();
   STK_CLOCK(0);
-  resident_bounded(gsrc, c.n, p, out, L, s, [&] { tile_ties<T>(p, c, out, L, s); });
+  resident_bounded<true>(gsrc, c.n, p, out, L, s, [&] { tile_ties<T>(p, c, out, L, s); });
 }
 
 // ----------------------------------------------------------------------------

@@ -61,8 +61,10 @@ __device__ unsigned long long g_cluster_stamps[32];
 // (Triggering first lets every later call of a graph queue up behind the
 // running one; measured slower on the H200 for the warp kernel: 512 x 1344
 // 6.6 vs 5.0 us. The cluster kernel, whose blocks fill an SM, triggers first
-// and sets up its shared memory before the wait.) Both are no-ops for a grid
-// launched without the attribute.
+// and sets up its shared memory before the wait. The tile and warp kernels
+// work out a row's geometry before it when that needs no global read:
+// param_geometry in topk.cu.) Both are no-ops for a grid launched without
+// the attribute.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
