@@ -27,8 +27,8 @@
 // 512 threads per block (the 1024-thread register bound spills), one block
 // per SM (the whole shared memory: resident capacity C x ~50K columns).
 //
-// Included from topk.cu (needs row_geom, make_ctx, make_out, chunk_range;
-// warp_incl_scan from topk_warp.cuh).
+// Included from topk.cu (needs row_geom, make_ctx, make_out from it,
+// chunk_range from topk_split.cuh, warp_incl_scan from topk_warp.cuh).
 #pragma once
 
 #include <cooperative_groups.h>

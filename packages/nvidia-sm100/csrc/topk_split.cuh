@@ -1,0 +1,274 @@
+// nvidia-sm100: the split path for long rows (a row cut into pieces over
+// several blocks and kernels; sampled or histogram variant). Included by
+// topk.cu after topk_rows.cuh (its final kernel falls back to the streamed
+// one-block select).
+#pragma once
+
+namespace stk_nv {
+
+// Split path for long rows: a row is cut into `chunks` pieces (per-row chunk
+// size from its own valid length). Pass 1 histograms the top digit over all
+// pieces (integer atomics into a per-row global histogram), a per-row kernel
+// finds the threshold bin, the pieces gather their keys >= that bin into
+// per-piece segments in index order, and a per-row kernel finishes the select
+// on the gathered candidates (or, if any segment overflowed, on the full row).
+//
+// Sampled variant (the default; `Plan::sampled`): split_sample_kernel picks,
+// per row, a key estimate `est` from a strided sample (about 2.5 k
+// candidates expected), split_gather_kernel gathers the keys >= est of every
+// piece in ONE read (no histogram pass, no memset), and split_final_kernel
+// selects the exact top k among the candidates when they number >= k (then
+// the k-th key is >= est, so every top-k key was gathered) and fit; else the
+// row is selected by the one-block streamed path (exact).
+struct SplitRowState {
+  unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
+  int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
+  int kk;
+  int depth;
+  int pad;
+};
+
+__device__ __forceinline__ void chunk_range(int64_t n, int chunks, int c, int64_t* lo, int64_t* hi) {
+  int64_t cs = (n + chunks - 1) / chunks;
+  cs = (cs + kItems - 1) / kItems * kItems;
+  *lo = min(n, int64_t(c) * cs);
+  *hi = min(n, *lo + cs);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024) split_hist_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
+  __shared__ uint32_t hist[kMaxBins];
+  const int64_t r = blockIdx.y;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  if (c.n <= p.k) return;
+  int64_t lo, hi;
+  chunk_range(c.n, ws.chunks, blockIdx.x, &lo, &hi);
+  if (lo >= hi) return;
+  using raw = typename Scalar<T>::raw;
+  const raw* base = row_scores<T>(p, r, g);
+  GlobalSrc<T> src;
+  src.init(base, lo, hi, c);
+  hist_pass(src, hist, 0ull, 0, 11);
+  uint32_t* gh = ws.hist + r * kMaxBins;
+  for (int i = threadIdx.x; i < kMaxBins; i += blockDim.x)
+    if (hist[i]) atomicAdd(gh + i, hist[i]);
+}
+
+__global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
+  __shared__ uint32_t hist[kMaxBins];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  SplitRowState* rs = reinterpret_cast<SplitRowState*>(ws.state) + r;
+  if (g.n_cols <= p.k) {
+    if (threadIdx.x == 0) rs->mode = 0;
+    return;
+  }
+  const uint32_t* gh = ws.hist + r * kMaxBins;
+  for (int i = threadIdx.x; i < kMaxBins; i += blockDim.x) hist[i] = gh[i];
+  __syncthreads();
+  find_bin(hist, 11, p.k, s);
+  if (threadIdx.x == 0) {
+    const int kk = p.k - s.above;
+    const int E = s.count;
+    rs->prefix = uint64_t(s.bin) << 53;
+    rs->kk = kk;
+    rs->depth = 11;
+    const int C = (p.k - kk) + E;
+    rs->mode = (E == kk) ? 1 : (C <= p.cand_cap ? 2 : 3);
+  }
+}
+
+// Sampled split, step 1 (one block per row): est = a lower bound of the
+// m-th largest key of a strided sample of S = min(n, 8 x blockDim) keys,
+// m ~ 2.5 k S / n (at least 16), so about 2.5 k keys of the row are >= est.
+// Only the speed depends on how good est is: exactness is checked by the
+// final kernel (count >= k). Sample: blockDim runs of 8 consecutive columns
+// (one 32-byte sector of fp32) spread evenly over the row, or the whole row
+// if n < S. The m-th largest is found by a radix select on the sample keys in
+// registers, stopped as soon as its bin is pinned (est = that bin's lower
+// edge, <= the m-th sample key).
+template <typename T>
+__global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
+  __shared__ uint32_t hist[kMaxBins];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  SplitRowState* rs = reinterpret_cast<SplitRowState*>(ws.state) + r;
+  const int64_t n = c.n;
+  if (n <= p.k) {
+    if (threadIdx.x == 0) rs->mode = 0;
+    return;
+  }
+  using raw = typename Scalar<T>::raw;
+  const raw* base = row_scores<T>(p, r, g);
+  const int64_t runs = blockDim.x;
+  const int64_t full = runs * kItems;
+  const int S = int(min(n, full));
+  uint64_t key[kItems];
+  uint32_t m = 0;
+#pragma unroll
+  for (int q = 0; q < kItems; ++q) {
+    key[q] = 0;
+    const int i = int(threadIdx.x) * kItems + q;
+    if (i < S) {
+      // n >= full: run t covers [t n / runs, + 8), disjoint since n / runs >= 8
+      const int64_t j = n >= full ? (int64_t(threadIdx.x) * n) / runs + q : int64_t(i);
+      key[q] = c.key_of_bits(Scalar<T>::f32(base[j]), j);
+      m |= 1u << q;
+    }
+  }
+  int64_t mt = (5 * int64_t(p.k) * S + 2 * n - 1) / (2 * n);
+  mt = max(mt, int64_t(16));
+  uint64_t est = 0;  // 0: every key is a candidate
+  if (mt < S) {
+    uint64_t prefix = 0;
+    int depth = 0;
+    int kk = int(mt);
+    while (depth < 64) {
+      const int dbits = digit_bits(depth);
+      const int nbins = 1 << dbits;
+      const int shift = 64 - depth - dbits;
+      for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < kItems; ++q) {
+        const bool match = depth == 0 || ((key[q] ^ prefix) >> (64 - depth)) == 0;
+        if (((m >> q) & 1u) && match) atomicAdd(&hist[uint32_t(key[q] >> shift) & (nbins - 1)], 1u);
+      }
+      __syncthreads();
+      find_bin(hist, dbits, kk, s);
+      const int b = s.bin, above = s.above, E = s.count;
+      __syncthreads();
+      kk -= above;
+      prefix |= uint64_t(b) << shift;
+      depth += dbits;
+      if (E == kk) break;  // the m-th sample key is the lowest of its bin
+    }
+    est = prefix;
+  }
+  if (threadIdx.x == 0) {
+    rs->prefix = est;
+    rs->kk = p.k;
+    rs->depth = 0;
+    rs->mode = 4;
+  }
+}
+
+// (defined in topk_cluster.cuh, included below)
+template <int V, typename T, class Sink>
+__device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, Sink sink);
+
+template <typename T>
+__global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.y;
+  const SplitRowState* rs = reinterpret_cast<const SplitRowState*>(ws.state) + r;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  if (c.n <= p.k) return;
+  const int mode = rs->mode;
+  if (mode != 2 && mode != 4) return;  // uniform per block
+  int64_t lo, hi;
+  chunk_range(c.n, ws.chunks, blockIdx.x, &lo, &hi);
+  int* cnt = ws.counts + r * ws.chunks + blockIdx.x;
+  if (lo >= hi) {
+    if (threadIdx.x == 0) *cnt = 0;
+    return;
+  }
+  using raw = typename Scalar<T>::raw;
+  const raw* base = row_scores<T>(p, r, g);
+  GlobalSrc<T> src;
+  src.init(base, lo, hi, c);
+  uint64_t* seg = ws.cand + (r * ws.chunks + blockIdx.x) * int64_t(ws.seg);
+  const int cap = ws.seg;
+  auto keep = [&](int pos, uint64_t key) {
+    if (pos < cap) seg[pos] = key;
+  };
+  // the float-test gather of the cluster kernel (one compare per column);
+  // SPARSETOPK_NV_PATH=legacy-gather: the key-per-column compaction
+  const int total = p.legacy_gather ? compact_pass(src, rs->prefix, s, keep) : gather_wide<4>(src, rs->prefix, s, keep);
+  if (threadIdx.x == 0) *cnt = total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs ws) {
+  pdl_begin(p);
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ BlockScratch s;
+  const int64_t r = blockIdx.x;
+  const stk::RowGeometry g = row_geom(p, r);
+  const RowCtx c = make_ctx(p, g);
+  const OutRow out = make_out(p, r);
+  SmemLayout L = carve(smem, p);
+  using raw = typename Scalar<T>::raw;
+  const raw* base = row_scores<T>(p, r, g);
+  GlobalSrc<T> gsrc;
+  gsrc.init(base, 0, c.n, c);
+  const SplitRowState* rsp = reinterpret_cast<const SplitRowState*>(ws.state) + r;
+  if (c.n <= p.k) {
+    finish(gsrc, 1ull, int(c.n), p.order, out, L.outbuf, s);
+    return;
+  }
+  const int mode = rsp->mode;
+  SelState st{rsp->prefix, rsp->depth, rsp->kk};
+  if (mode == 1) {
+    finish(gsrc, st.prefix, p.k, p.order, out, L.outbuf, s);
+    return;
+  }
+  bool ok = mode == 2 || mode == 4;
+  const int* cnt = ws.counts + r * ws.chunks;
+  if (ok) {
+    if (threadIdx.x == 0) {
+      int64_t tot = 0;
+      bool fit = true;
+      for (int i = 0; i < ws.chunks; ++i) {
+        fit = fit && cnt[i] <= ws.seg;
+        tot += cnt[i];
+      }
+      // mode 4: the candidates are the keys >= est; the top k are among them
+      // iff there are at least k of them
+      s.flag = fit && tot <= p.cand_cap && (mode != 4 || tot >= p.k);
+      s.count = int(min(tot, int64_t(INT32_MAX)));
+    }
+    __syncthreads();
+    ok = s.flag != 0;
+  }
+  if (!ok) {
+    // exact fallback: the whole row, one block, streamed, from scratch (the
+    // two-read multi-pass select: the online one-read gather here spills
+    // registers in this kernel; this is the rare, adversarial-data case)
+    select_and_finish(gsrc, c.n, p, out, L, s, SelState{0ull, 0, p.k});
+    return;
+  }
+  if (mode == 4) st = SelState{0ull, 0, p.k};  // select from scratch among the candidates
+  const int ncand = s.count;
+  __syncthreads();
+  // copy segments in chunk order (index order): one warp per chunk
+  {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int ch = w; ch < ws.chunks; ch += nw) {
+      int off = 0;
+      for (int i = 0; i < ch; ++i) off += cnt[i];
+      const uint64_t* seg = ws.cand + (r * ws.chunks + ch) * int64_t(ws.seg);
+      for (int i = lane; i < cnt[ch]; i += 32) L.cand[off + i] = seg[i];
+    }
+  }
+  __syncthreads();
+  CandSrc cs{L.cand, ncand};
+  if (ncand <= int(blockDim.x)) {
+    finish_small(L.cand, ncand, p.k, p.order, out, L.rankbuf);
+    return;
+  }
+  uint64_t Tk = 0;
+  select_passes(cs, p.k, st, L.hist, s, nullptr, 0, nullptr, &Tk);
+  finish(cs, Tk, p.k, p.order, out, L.outbuf, s);
+}
+
+}  // namespace stk_nv
