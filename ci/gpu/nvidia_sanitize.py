@@ -112,10 +112,14 @@ path("stream,online")  # every row streamed: one-read online gather
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], device=dev), order="index")
 chk(band, 2048, order="rank")  # online buffer overflows -> multi-pass fallback (resumes after pass 1)
 chk(long.to(torch.float16), 16, order="any", tie_break="high")
-path("split")  # sampled split: sample + gather + final
+path("split")  # sampled split: sample + balanced gather (warp chunks) + final
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
 chk(long[:2].to(torch.bfloat16), 4096, order="rank")  # (long[1] pile-up: segment overflow -> fallback)
 chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> fallback
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), force_begin=5,
+    force_end=3, order="any")  # forced columns: the full-key gather kernel
+path("split,no-balanced")  # sampled split with the chunked block gather
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
 path("split,legacy-split")
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="rank")
 path("rows,sampled-rows")  # sampled rows: sample + warp-span gather + select; overflow -> fallbacks

@@ -84,6 +84,10 @@ PYBIND11_MODULE(_C, m) {
         d["smem"] = plan.smem;
         d["chunks"] = plan.ws.chunks;
         d["seg"] = plan.ws.seg;
+        d["balanced"] = plan.ws.balanced;
+        d["items"] = plan.ws.items;
+        d["grain"] = plan.ws.grain;
+        d["gather_blocks"] = plan.ws.blocks;
         d["res_cap"] = p.res_cap;
         d["cand_cap"] = p.cand_cap;
         return d;

@@ -39,12 +39,21 @@ struct TopkParams {
 };
 
 struct SplitWs {
-  uint64_t* cand;   // [rows][chunks][seg]
+  uint64_t* cand;   // [rows][chunks][seg]; balanced: [rows][region]
   uint32_t* hist;   // [rows][2048]
   void* state;      // [rows] SplitRowState
-  int* counts;      // [rows][chunks]
+  int* counts;      // [rows][chunks]; balanced: [rows][items]
   int chunks;
   int seg;
+  // balanced gather (split_items_kernel): row r is cut into
+  // min(items, ceil(n_r / G)) chunks, taken in turn by `blocks` blocks; G
+  // (>= grain) is worked out on the device from the call's lengths
+  bool balanced;
+  int items;
+  int region;  // keys per row, split evenly over its chunks
+  int blocks;
+  int64_t grain;
+  int64_t* grain_out;  // G, from the gather kernel to the final kernel
 };
 
 struct Plan {

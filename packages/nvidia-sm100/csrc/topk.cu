@@ -89,6 +89,7 @@ __device__ __forceinline__ void pdl_begin(const TopkParams& p) {
 #include "topk_split.cuh"
 #include "merge.cuh"
 #include "topk_cluster.cuh"
+#include "topk_split_items.cuh"
 #include "topk_sampled_rows.cuh"
 namespace stk_nv {
 
@@ -101,6 +102,7 @@ struct DevInfo {
   int max_cluster = 8;  // largest cluster size with active[] > 0
   int active[17] = {};  // active[C]: clusters of C blocks resident at once (full smem), C = 1..16
   bool pdl = false;     // programmatic dependent launch (compute capability 9.0+)
+  int items_bps = 1;    // split_items_kernel blocks resident per SM
   bool init = false;
 };
 
@@ -185,6 +187,12 @@ static const DevInfo& dev_info(int dev) {
     allow_cluster(topk_cluster_kernel<float>, lim);
     allow_cluster(topk_cluster_kernel<bf16_tag>, lim);
     allow_cluster(topk_cluster_kernel<f16_tag>, lim);
+    {
+      int b = 0;
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, split_items_kernel<bf16_tag, false>, kSplitWarps * 32, 0),
+            "occupancy");
+      d.items_bps = b > 0 ? b : 1;
+    }
     d.max_cluster = 1;  // the largest launchable size (above 8 is non-portable)
     for (int c = 1; c <= 16; ++c) {
       d.active[c] = max_active_clusters(topk_cluster_kernel<float>, c, lim);
@@ -253,7 +261,11 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
     const SplitWs ws = plan.ws;
     const dim3 g2(ws.chunks, unsigned(p.rows));
     go(split_sample_kernel<T>, per_row, 1024, 0, 0, p, ws);
-    go(split_gather_kernel<T>, g2, 512, 0, 0, p, ws);
+    if (ws.balanced)
+      go(p.force_begin > 0 || p.force_end > 0 ? split_items_kernel<T, true> : split_items_kernel<T, false>,
+         dim3(unsigned(ws.blocks)), kSplitWarps * 32, 0, 0, p, ws);
+    else
+      go(split_gather_kernel<T>, g2, 512, 0, 0, p, ws);
     go(split_final_kernel<T>, per_row, 1024, size_t(plan.smem), 0, p, ws);
   } else if (plan.split) {
     const SplitWs ws = plan.ws;
@@ -336,6 +348,7 @@ struct PathOpts {
   int stamp_block = 0;
   bool pdl = true;
   bool tile = true;
+  int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -382,6 +395,8 @@ static PathOpts path_opts() {
     else if (t == "no-cspan") o.cluster_span = false;
     else if (t == "no-pdl") o.pdl = false;
     else if (t == "no-tile") o.tile = false;
+    else if (t == "balanced") o.balanced = o.split = 1;  // the balanced split, forced
+    else if (t == "no-balanced") o.balanced = 0;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -389,7 +404,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-tile, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -451,7 +466,16 @@ Plan plan_topk(TopkParams& p, int dev) {
     // 48 x 1M 115 vs 128, 64 x 1M 117 vs 175 (C = 2). (Before the per-warp
     // gather's unchecked interior loads and sizes other than powers of two,
     // 16 x 1M lost at C = 4: 96 vs 72 us.) C = 1 (rows > ~66) keeps the split.
-    const bool pick = opt.cluster == 1 || p.rows < 8 || C >= 2;
+    // Where only C <= 3 blocks per row fit (rows >= ~27 on an H200), the
+    // balanced split (sample, warp chunks over the whole GPU, final) takes
+    // over: measured (H200, graph replay, k = 2048, any; split vs cluster):
+    // DSA decode, ragged 40K-1M contexts, 32 rows 63.6 vs 83.9 us, 64 rows
+    // 74.4 vs 101.6; uniform 32 x 1M 85.2 vs 88.3, but 64 x 1M 136.4 vs
+    // 122.9 (its rows give the cluster no idle blocks) and 16 x 1M (C = 6)
+    // 62.1 vs 58.1. Serving batches are ragged; `no-balanced` keeps the
+    // cluster kernel there.
+    const bool balanced = opt.balanced != 0 && opt.cluster != 1 && C <= 3 && p.rows >= 8 && p.rows <= kSplitMaxRows;
+    const bool pick = opt.cluster == 1 || p.rows < 8 || (C >= 2 && !balanced);
     if (opt.cluster_n > 0) C = opt.cluster_n;
     const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap, C))) / 16 * 16;
     if (pick && C <= d.max_cluster && region >= 8 * 8 * 1024) {
@@ -478,6 +502,18 @@ Plan plan_topk(TopkParams& p, int dev) {
     plan.ws.chunks = chunks;
     plan.ws.seg = 1024;
     while (int64_t(plan.ws.seg) * chunks < 2 * p.cand_cap && plan.ws.seg < p.cand_cap) plan.ws.seg *= 2;
+    // balanced gather (topk_split_items.cuh): chunks of at least 2048
+    // columns, as many per row as its own length needs (at most 512), over a
+    // grid of the blocks that are resident at once; a row's region holds
+    // 2 cand_cap keys (~6x the expected ~2.5 k candidates, spread evenly over
+    // its chunks: at 512 chunks 64 each, ~10 expected)
+    plan.ws.balanced = plan.sampled && opt.balanced != 0 && p.rows <= kSplitMaxRows;
+    if (plan.ws.balanced) {
+      plan.ws.items = 512;
+      plan.ws.grain = 2048;
+      plan.ws.region = 2 * p.cand_cap;
+      plan.ws.blocks = int(std::min<int64_t>(int64_t(d.items_bps) * d.sms, p.rows * int64_t(plan.ws.items)));
+    }
     plan.smem = int(fixed_smem(p));
     plan.block = 1024;
   } else if (W > k && p.rows <= INT32_MAX &&
@@ -522,10 +558,18 @@ Plan plan_topk(TopkParams& p, int dev) {
   return plan;
 }
 
+// keys and counts per row of the split workspace
+static size_t split_cand_keys(const Plan& plan) {
+  return plan.ws.balanced ? size_t(plan.ws.region) : size_t(plan.ws.chunks) * size_t(plan.ws.seg);
+}
+static size_t split_counts(const Plan& plan) {
+  return plan.ws.balanced ? size_t(plan.ws.items) : size_t(plan.ws.chunks);
+}
+
 size_t split_workspace_bytes(const TopkParams& p, const Plan& plan) {
   const size_t rows = size_t(p.rows);
-  return rows * kMaxBins * 4 + rows * sizeof(SplitRowState) + rows * plan.ws.chunks * 4 +
-         rows * plan.ws.chunks * size_t(plan.ws.seg) * 8 + 256;
+  return rows * kMaxBins * 4 + rows * sizeof(SplitRowState) + rows * split_counts(plan) * 4 +
+         rows * split_cand_keys(plan) * 8 + 256;
 }
 
 void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
@@ -533,11 +577,13 @@ void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
   const size_t rows = size_t(p.rows);
   size_t off = 0;
   plan.ws.cand = reinterpret_cast<uint64_t*>(b + off);
-  off += rows * plan.ws.chunks * size_t(plan.ws.seg) * 8;
+  off += rows * split_cand_keys(plan) * 8;
   plan.ws.hist = reinterpret_cast<uint32_t*>(b + off);
   off += rows * kMaxBins * 4;
   plan.ws.state = b + off;
   off += rows * sizeof(SplitRowState);
+  plan.ws.grain_out = reinterpret_cast<int64_t*>(b + (off + 7) / 8 * 8);  // in the trailing 256 bytes
+  off = (off + 7) / 8 * 8 + 8;
   plan.ws.counts = reinterpret_cast<int*>(b + off);
 }
 

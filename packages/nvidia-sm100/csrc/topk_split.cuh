@@ -28,6 +28,18 @@ struct SplitRowState {
   int pad;
 };
 
+constexpr int kSplitWarps = 8;       // warps per block of split_items_kernel (topk_split_items.cuh)
+constexpr int kSplitMaxRows = 512;   // rows the balanced split takes (its per-block row table)
+
+// Chunks of a row of n columns in the balanced split: one per `grain`
+// columns (the call's chunk size, worked out by split_items_kernel), at most
+// ws.items; none for a row of <= k columns (the final kernel takes it).
+__device__ __forceinline__ int split_row_chunks(int64_t n, int k, int64_t grain, const SplitWs& ws) {
+  if (n <= k) return 0;
+  const int64_t c = (n + grain - 1) / grain;
+  return int(c < ws.items ? c : int64_t(ws.items));
+}
+
 __device__ __forceinline__ void chunk_range(int64_t n, int chunks, int c, int64_t* lo, int64_t* hi) {
   int64_t cs = (n + chunks - 1) / chunks;
   cs = (cs + kItems - 1) / kItems * kItems;
@@ -223,22 +235,28 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     return;
   }
   bool ok = mode == 2 || mode == 4;
-  const int* cnt = ws.counts + r * ws.chunks;
+  // the row's segments (one per chunk), in index order
+  const int nseg = ws.balanced ? split_row_chunks(c.n, p.k, *ws.grain_out, ws) : ws.chunks;
+  const int cap = ws.balanced ? ws.region / max(nseg, 1) : ws.seg;
+  const int* cnt = ws.counts + r * int64_t(ws.balanced ? ws.items : ws.chunks);
+  auto seg_at = [&](int j) -> const uint64_t* {
+    return ws.balanced ? ws.cand + r * ws.region + int64_t(j) * cap : ws.cand + (r * ws.chunks + j) * int64_t(ws.seg);
+  };
+  // segment offsets: one thread per segment (nseg <= blockDim), one block scan
+  int* off = reinterpret_cast<int*>(L.hist);  // (the select clears it before use)
+  int ncand = 0;
   if (ok) {
-    if (threadIdx.x == 0) {
-      int64_t tot = 0;
-      bool fit = true;
-      for (int i = 0; i < ws.chunks; ++i) {
-        fit = fit && cnt[i] <= ws.seg;
-        tot += cnt[i];
-      }
-      // mode 4: the candidates are the keys >= est; the top k are among them
-      // iff there are at least k of them
-      s.flag = fit && tot <= p.cand_cap && (mode != 4 || tot >= p.k);
-      s.count = int(min(tot, int64_t(INT32_MAX)));
-    }
-    __syncthreads();
-    ok = s.flag != 0;
+    const int t = int(threadIdx.x);
+    const int ct = t < nseg ? cnt[t] : 0;
+    const bool bad = ct < 0 || ct > cap;
+    int total;
+    const int ex = block_excl_scan(bad ? 0 : ct, s, &total);
+    if (t < nseg) off[t] = ex;
+    if (t == 0) off[nseg] = total;
+    // mode 4: the candidates are the keys >= est; the top k are among them
+    // iff there are at least k of them
+    ok = !__syncthreads_or(bad) && total <= p.cand_cap && (mode != 4 || total >= p.k);
+    ncand = total;
   }
   if (!ok) {
     // exact fallback: the whole row, one block, streamed, from scratch (the
@@ -248,17 +266,29 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     return;
   }
   if (mode == 4) st = SelState{0ull, 0, p.k};  // select from scratch among the candidates
-  const int ncand = s.count;
-  __syncthreads();
-  // copy segments in chunk order (index order): one warp per chunk
-  {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int ch = w; ch < ws.chunks; ch += nw) {
-      int off = 0;
-      for (int i = 0; i < ch; ++i) off += cnt[i];
-      const uint64_t* seg = ws.cand + (r * ws.chunks + ch) * int64_t(ws.seg);
-      for (int i = lane; i < cnt[ch]; i += 32) L.cand[off + i] = seg[i];
+  // copy the segments into L.cand in order: candidate e comes from the last
+  // segment j with off[j] <= e (binary search; four candidates per thread at
+  // a time, so their loads are in flight together)
+  for (int e0 = 0; e0 < ncand; e0 += 4 * int(blockDim.x)) {
+    uint64_t v[4];
+    int at[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int e = e0 + u * int(blockDim.x) + int(threadIdx.x);
+      at[u] = e;
+      if (e < ncand) {
+        int lo = 0, hi = nseg - 1;
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (off[mid] <= e) lo = mid;
+          else hi = mid - 1;
+        }
+        v[u] = seg_at(lo)[e - off[lo]];
+      }
     }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (at[u] < ncand) L.cand[at[u]] = v[u];
   }
   __syncthreads();
   CandSrc cs{L.cand, ncand};

@@ -6,7 +6,8 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
   stays resident, so short rows take it too), and its overflow fallback
   (narrow bands, all-equal rows, sorted rows, blocky rows);
 - the two-read multi-pass streamed select ("stream,no-online");
-- the sampled split path ("split": sample + gather + final), and its
+- the sampled split path ("split": sample + balanced gather + final; the
+  chunked gather with "split,no-balanced"), and its
   fallbacks (fewer than k keys >= the estimate cannot happen by construction
   of the data here, but segment overflow and > cand_cap candidates do:
   blocky and band rows);
@@ -52,7 +53,8 @@ pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and t
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
-         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan", "split,no-pdl"]
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan", "split,no-pdl",
+         "split,no-balanced"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -156,8 +158,8 @@ def test_paths_adversarial(path, kind, k):
         _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
 
 
-@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,legacy-split", "cluster=1", "cluster",
-                                  "rows,sampled-rows"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,no-balanced", "split,legacy-split",
+                                  "cluster=1", "cluster", "rows,sampled-rows"], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_paths_options(path, dtype):
     """starts, shard view, forced columns, int lengths, misaligned row views."""
@@ -174,8 +176,8 @@ def test_paths_options(path, dtype):
         _check(x, k, lengths=45000, order="any")
 
 
-@pytest.mark.parametrize("path", ["auto", "split", "split,legacy-split", "no-cluster", "cluster=2", "cluster=7", "cluster=8"],
-                         indirect=True)
+@pytest.mark.parametrize("path", ["auto", "split", "split,no-balanced", "split,legacy-split", "no-cluster", "cluster=2",
+                                  "cluster=7", "cluster=8"], indirect=True)
 def test_split_shapes(path):
     """The shapes of the issue's long-row cells (smaller row counts), 1M-column
     stride with per-row lengths, and the 64-row split."""
@@ -209,7 +211,7 @@ def test_prefill_like_stream(path):
     _check(xb, 2048, order="index")
 
 
-@pytest.mark.parametrize("path", ["auto", "no-cluster", "cluster=2", "cluster=7"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "no-cluster", "cluster=2", "cluster=7", "split"], indirect=True)
 def test_cuda_graph_long_rows(path):
     """The long-row path (cluster kernel by default, else the sampled split)
     captured in a CUDA graph and replayed on new data."""
@@ -244,6 +246,35 @@ def test_cuda_graph_long_rows(path):
         assert _same(type(ref)(oi, ov), ref, "any"), f"graph replay {step}"
 
 
+@pytest.mark.parametrize("path", ["balanced", "split,no-balanced"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_balanced_ragged(path, dtype):
+    """DSA-decode-shaped calls: ragged rows (log-uniform lengths from 2K to the
+    full 256K buffer, plus lengths <= 0, == k and past the buffer) in one call,
+    so the balanced gather gives rows 1 to 64 chunks; misaligned and offset
+    rows by starts; forced columns (the full-key kernel); more rows than one
+    block's scan (300); rows of one kind that overflow a warp segment
+    (blocky: the final kernel's exact fallback)."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}".encode()))
+    width = 1 << 18
+    ctx = torch.exp(torch.empty(28).uniform_(math.log(2000), math.log(width), generator=g)).long().tolist()
+    lens = [-5, 0, 2048, width + 100] + ctx
+    rows = len(lens)
+    x = _dirty(_data("normal", rows, width, dtype, g), lens, g)
+    x[3, 5000:11000] = 50.0  # blocky row: its warp segments overflow
+    x = x.to(dev)
+    lengths = torch.tensor(lens, dtype=torch.int32, device=dev)
+    for j, (k, order) in enumerate([(2048, "any"), (2048, "rank"), (4096, "index"), (64, "any")]):
+        _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
+    starts = torch.randint(0, 50, (rows,), generator=g).to(dev)
+    _check(x, 2048, lengths=lengths, starts=starts, order="any")
+    _check(x, 2048, lengths=lengths, force_begin=3, force_end=7, order="index")
+    xs = _data("specials", 300, 9000, dtype, g).to(dev)
+    lens300 = torch.randint(-3, 9005, (300,), generator=g, dtype=torch.int32).to(dev)
+    _check(xs, 2048, lengths=lens300, order="any")
+
+
 def test_plan_reports_paths(monkeypatch):
     from sparsetopk_nvidia_sm100._backend import _ext
 
@@ -252,8 +283,9 @@ def test_plan_reports_paths(monkeypatch):
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["cluster"] >= 8 and not p["split"] and not p["online"]  # few long rows: cluster; online is opt-in
     assert p["pdl"] == (torch.cuda.get_device_capability(0)[0] >= 9)  # programmatic dependent launch on sm_90+
-    assert C.plan(64, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover the GPU
-    assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # ... most of it (the largest size that fits: 6 on an H200)
+    p = C.plan(64, 1 << 20, 2048, 0)  # C <= 3 would fit: the balanced split
+    assert p["split"] and p["balanced"] and not p["cluster"]
+    assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover most of the GPU (6 per row on an H200)
     p = C.plan(4096, 131072, 2048, 0)
     assert not p["split"] and not p["cluster"] and p["sampled_rows"]  # prefill: sampled rows
     assert not C.plan(4096, 32768, 2048, 0)["sampled_rows"]  # rows that fit stay resident (rows kernel)
@@ -281,7 +313,19 @@ def test_plan_reports_paths(monkeypatch):
     assert not C.plan(3, 5000, 16, 0)["pdl"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
     p = C.plan(4, 1 << 20, 2048, 0)
-    assert p["split"] and not p["sampled"]
+    assert p["split"] and not p["sampled"] and not p["balanced"]
+    for env in ("split", "balanced"):  # the sampled split gathers balanced chunks
+        monkeypatch.setenv("SPARSETOPK_NV_PATH", env)
+        p = C.plan(16, 1 << 20, 2048, 0)
+        assert p["split"] and p["sampled"] and p["balanced"] and not p["cluster"]
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        assert p["items"] == 512 and p["grain"] == 2048 and p["gather_blocks"] >= sms  # (grain: the least chunk)
+        assert not C.plan(1100, 1 << 20, 2048, 0)["balanced"]  # past the per-block row table: chunked
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,no-balanced")
+    p = C.plan(16, 1 << 20, 2048, 0)
+    assert p["split"] and p["sampled"] and not p["balanced"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "no-balanced")  # the cluster kernel where C >= 2 fits
+    assert C.plan(64, 1 << 20, 2048, 0)["cluster"] >= 2
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,no-online")
     p = C.plan(4, 1 << 20, 2048, 0)
     assert not p["split"] and not p["online"]
