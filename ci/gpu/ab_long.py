@@ -31,6 +31,7 @@ order = os.environ.get("AB_ORDER", "rank" if full else "any")
 K = int(os.environ.get("AB_K", "16" if full else "2048"))
 label = os.environ.get("AB_LABEL", "")
 dtype = getattr(torch, os.environ.get("AB_DTYPE", "float32"))
+dcode = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]  # the plan differs by input type
 repeats = int(os.environ.get("AB_REPEATS", "2"))
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 dev = torch.device("cuda")
@@ -87,7 +88,7 @@ if bench:
 
         floor = data.floor_bytes(cell) / 4.25e12 * 1e6
         ab_row(f"{cell.label} k={cell.k} {cell.order}", fn, inp.n_views,
-               lambda: _ext().plan(cell.rows, cell.width, cell.k, 0), f" ({floor:.0f})")
+               lambda: _ext().plan(cell.rows, cell.width, cell.k, 0, dcode), f" ({floor:.0f})")
         inp = vs = None
         torch.cuda.empty_cache()
     sys.exit(0)
@@ -106,6 +107,6 @@ for rows, n in cells:
         return sparsetopk.topk(x[v * rows:(v + 1) * rows], K, lengths=lengths, order=order,
                                backend="nvidia-sm100", out=out)
 
-    ab_row(f"{rows}x{n}", fn, views, lambda: _ext().plan(rows, width, K, 0))
+    ab_row(f"{rows}x{n}", fn, views, lambda: _ext().plan(rows, width, K, 0, dcode))
     x = None  # free the views before the next cell
     torch.cuda.empty_cache()

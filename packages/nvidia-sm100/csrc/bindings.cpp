@@ -53,22 +53,24 @@ PYBIND11_MODULE(_C, m) {
   }, "profiling: the cluster kernel's phase times (SPARSETOPK_NV_PATH=stamps), in ns; [31] = select passes");
   m.def(
       "workspace_bytes",
-      [](int64_t rows, int64_t width, int k, int dev) -> size_t {
+      [](int64_t rows, int64_t width, int k, int dev, int dtype) -> size_t {
         TopkParams p{};
         p.rows = rows;
         p.width = width;
         p.k = k;
+        p.dtype = dtype;
         Plan plan = plan_topk(p, dev);
         return plan.split ? split_workspace_bytes(p, plan) : 0;
       },
-      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"));
+      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
   m.def(
       "plan",
-      [](int64_t rows, int64_t width, int k, int dev) -> py::dict {
+      [](int64_t rows, int64_t width, int k, int dev, int dtype) -> py::dict {
         TopkParams p{};
         p.rows = rows;
         p.width = width;
         p.k = k;
+        p.dtype = dtype;
         Plan plan = plan_topk(p, dev);
         py::dict d;
         d["split"] = plan.split;
@@ -92,7 +94,7 @@ PYBIND11_MODULE(_C, m) {
         d["cand_cap"] = p.cand_cap;
         return d;
       },
-      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"));
+      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
   m.def(
       "topk",
       [](uintptr_t scores, int dtype, int64_t row_stride, int64_t rows, int64_t width, int k, int len_mode,
@@ -104,6 +106,7 @@ PYBIND11_MODULE(_C, m) {
                                    starts_mode, starts, starts_stride, scale, offset, force_begin, force_end,
                                    tie, order, out_idx, out_idx_stride, out_val, out_val_stride);
         if (k < 1 || k > 4096) throw std::invalid_argument("k must be in [1, 4096]");
+        p.dtype = dtype;
         Plan plan = plan_topk(p, dev);
         if (plan.split) {
           if (workspace == 0 || workspace_bytes < split_workspace_bytes(p, plan))

@@ -23,6 +23,7 @@ struct TopkParams {
   int len_mode;     // 0 none, 1 int32 tensor, 2 int64 tensor, 3 Python int
   int starts_mode;  // 0 none, 1 int32, 2 int64
   int k, tie, order;
+  int dtype;  // 0 fp32, 1 bf16, 2 fp16 (the plan's choices may differ by input type)
   // filled by plan_topk
   int res_cap, cand_cap, out_cap;
   int online;  // streamed rows: one-read online gather (else two-read multi-pass)

@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
 // m ~ 2.5 k S / n (at least 16), so about 2.5 k keys of the row are >= est.
 // Only the speed depends on how good est is: exactness is checked by the
 // final kernel (count >= k). Sample: blockDim runs of 8 consecutive columns
-// (one 32-byte sector of fp32) spread evenly over the row, or the whole row
-// if n < S. The m-th largest is found by a radix select on the sample keys in
+// (one 32-byte sector of fp32), in groups of adjacent runs spread evenly
+// over the row, or the whole row if n < S. The m-th largest is found by a radix select on the sample keys in
 // registers, stopped as soon as its bin is pinned (est = that bin's lower
 // edge, <= the m-th sample key).
 template <typename T>
@@ -122,15 +122,21 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   const int64_t runs = blockDim.x;
   const int64_t full = runs * kItems;
   const int S = int(min(n, full));
+  // runs come in groups of G adjacent ones (p.cluster_span: 8, 256 bytes
+  // at fp32; `no-cspan`: 1): scattered 32-byte runs open about as many DRAM
+  // pages as a read of the whole row (the cluster kernel's sample measured
+  // the same)
+  const int G = p.cluster_span, t = int(threadIdx.x), grp = t / G;
+  const int64_t ngrp = (runs + G - 1) / G;
   uint64_t key[kItems];
   uint32_t m = 0;
 #pragma unroll
   for (int q = 0; q < kItems; ++q) {
     key[q] = 0;
-    const int i = int(threadIdx.x) * kItems + q;
+    const int i = t * kItems + q;
     if (i < S) {
-      // n >= full: run t covers [t n / runs, + 8), disjoint since n / runs >= 8
-      const int64_t j = n >= full ? (int64_t(threadIdx.x) * n) / runs + q : int64_t(i);
+      // n >= full: group g covers [g n / ngrp, + 8 G), disjoint since n / ngrp >= 8 G
+      const int64_t j = n >= full ? (int64_t(grp) * n) / ngrp + int64_t(t - grp * G) * kItems + q : int64_t(i);
       key[q] = c.key_of_bits(Scalar<T>::f32(base[j]), j);
       m |= 1u << q;
     }
@@ -209,6 +215,23 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
   if (threadIdx.x == 0) *cnt = total;
 }
 
+// Copies a row's segments into dst in order: candidate e comes from the last
+// segment j with off[j] <= e (binary search); segment j starts at seg0 + j
+// cap. Out of line: inlined, it pushed the final kernel past 64 registers
+// (sm_100a).
+__device__ __noinline__ void split_copy_segments(const int* off, int nseg, const uint64_t* seg0, int cap, int ncand,
+                                                 uint64_t* dst) {
+  for (int e = int(threadIdx.x); e < ncand; e += int(blockDim.x)) {
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (off[mid] <= e) lo = mid;
+      else hi = mid - 1;
+    }
+    dst[e] = seg0[int64_t(lo) * cap + (e - off[lo])];
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
@@ -239,9 +262,8 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   const int nseg = ws.balanced ? split_row_chunks(c.n, p.k, *ws.grain_out, ws) : ws.chunks;
   const int cap = ws.balanced ? ws.region / max(nseg, 1) : ws.seg;
   const int* cnt = ws.counts + r * int64_t(ws.balanced ? ws.items : ws.chunks);
-  auto seg_at = [&](int j) -> const uint64_t* {
-    return ws.balanced ? ws.cand + r * ws.region + int64_t(j) * cap : ws.cand + (r * ws.chunks + j) * int64_t(ws.seg);
-  };
+  // segment j starts at seg0 + j * cap (the chunked layout: cap = ws.seg)
+  const uint64_t* const seg0 = ws.cand + r * (ws.balanced ? int64_t(ws.region) : int64_t(ws.chunks) * ws.seg);
   // segment offsets: one thread per segment (nseg <= blockDim), one block scan
   int* off = reinterpret_cast<int*>(L.hist);  // (the select clears it before use)
   int ncand = 0;
@@ -266,30 +288,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     return;
   }
   if (mode == 4) st = SelState{0ull, 0, p.k};  // select from scratch among the candidates
-  // copy the segments into L.cand in order: candidate e comes from the last
-  // segment j with off[j] <= e (binary search; four candidates per thread at
-  // a time, so their loads are in flight together)
-  for (int e0 = 0; e0 < ncand; e0 += 4 * int(blockDim.x)) {
-    uint64_t v[4];
-    int at[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int e = e0 + u * int(blockDim.x) + int(threadIdx.x);
-      at[u] = e;
-      if (e < ncand) {
-        int lo = 0, hi = nseg - 1;
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) >> 1;
-          if (off[mid] <= e) lo = mid;
-          else hi = mid - 1;
-        }
-        v[u] = seg_at(lo)[e - off[lo]];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (at[u] < ncand) L.cand[at[u]] = v[u];
-  }
+  split_copy_segments(off, nseg, seg0, cap, ncand, L.cand);
   __syncthreads();
   CandSrc cs{L.cand, ncand};
   if (ncand <= int(blockDim.x)) {

@@ -54,7 +54,7 @@ pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and t
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
          "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan", "split,no-pdl",
-         "split,no-balanced"]
+         "split,no-balanced", "split,no-cspan"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -283,8 +283,11 @@ def test_plan_reports_paths(monkeypatch):
     p = C.plan(4, 1 << 20, 2048, 0)
     assert p["cluster"] >= 8 and not p["split"] and not p["online"]  # few long rows: cluster; online is opt-in
     assert p["pdl"] == (torch.cuda.get_device_capability(0)[0] >= 9)  # programmatic dependent launch on sm_90+
-    p = C.plan(64, 1 << 20, 2048, 0)  # C <= 3 would fit: the balanced split
+    p = C.plan(64, 1 << 20, 2048, 0)  # C <= 3 would fit: the balanced split (fp32)
     assert p["split"] and p["balanced"] and not p["cluster"]
+    for code in (1, 2):  # 16-bit scores keep the cluster kernel (its shared-bits skip)
+        assert C.plan(64, 1 << 20, 2048, 0, code)["cluster"] >= 2
+        assert C.workspace_bytes(64, 1 << 20, 2048, 0, code) == 0
     assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover most of the GPU (6 per row on an H200)
     p = C.plan(4096, 131072, 2048, 0)
     assert not p["split"] and not p["cluster"] and p["sampled_rows"]  # prefill: sampled rows

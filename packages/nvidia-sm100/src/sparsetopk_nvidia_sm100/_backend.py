@@ -144,7 +144,7 @@ class NvidiaSm100Backend(Backend):
             len_mode, len_ptr, len_stride = _index_mode(call.lengths)
             len_scalar = 0
         st_mode, st_ptr, st_stride = _index_mode(call.starts)
-        ws_bytes = C.workspace_bytes(rows, width, call.k, dev_idx) if rows else 0
+        ws_bytes = C.workspace_bytes(rows, width, call.k, dev_idx, _DTYPE_CODE[s.dtype]) if rows else 0
         ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev) if ws_bytes else None
         stream = torch.cuda.current_stream(dev).cuda_stream
         C.topk(
