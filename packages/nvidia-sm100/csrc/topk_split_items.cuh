@@ -31,6 +31,11 @@ namespace stk_nv {
 // How a span's columns are tested against thr.
 enum SpanTest { kFloatTest, kTakeAll, kKeyTest };
 
+// (The streaming loop below is gather_warps' per-warp loop with a choice of
+// test. Making gather_warps call this one changed the sm_90a SASS of the
+// cluster and sampled-rows kernels (register allocation), so the fold waits
+// for an H200 run of those kernels.)
+//
 // One warp's span [v0, v1) of 16-byte vectors (counted from src.first()):
 // appends the keys >= thr, in index order, to reg[0, cap). Returns the
 // count, or -1 if it would pass cap. kFloatTest: one float compare per
