@@ -40,7 +40,8 @@ bench = os.environ.get("AB_BENCH")
 
 
 def plan_label(pl):
-    return (f"C={pl['cluster']}" if pl.get("cluster") else "split" if pl.get("split")
+    return (f"C={pl['cluster']}" if pl.get("cluster") else ("split" + (" bal" if pl.get("balanced") else ""))
+            if pl.get("split")
             else "warp" if pl.get("warp_wpb") else "sampled" if pl.get("sampled_rows")
             else "tile" if pl.get("tile") else "rows")
 

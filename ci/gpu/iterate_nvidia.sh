@@ -42,8 +42,8 @@ if has fuzz; then
   timeout 200 $PY ci/gpu/fuzz.py --backend nvidia-sm100 --rows ${FUZZ_ROWS:-1000000} --seconds ${FUZZ_SECONDS:-25} \
     --json "$R/fuzz.json" > "$R/fuzz.log" 2>&1; echo "fuzz rc=$?"; grep -E "^FUZZ|MISMATCH" "$R/fuzz.log" | head -8
   # again with paths forced (FUZZ_PATHS): every one-block row streamed through the one-read
-  # online gather; every row through the cluster kernel
-  for fp in ${FUZZ_PATHS:-stream,online cluster}; do
+  # online gather; every row through the cluster kernel; every call through the sampled split (balanced gather)
+  for fp in ${FUZZ_PATHS:-stream,online cluster split}; do
     tag=${fp//[,=]/_}
     SPARSETOPK_NV_PATH=$fp timeout 200 $PY ci/gpu/fuzz.py --backend nvidia-sm100 --rows ${FUZZ_ROWS:-1000000} \
       --seconds ${FUZZ_SECONDS:-25} --json "$R/fuzz-$tag.json" > "$R/fuzz-$tag.log" 2>&1
