@@ -100,9 +100,9 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
 // Only the speed depends on how good est is: exactness is checked by the
 // final kernel (count >= k). Sample: blockDim runs of 8 consecutive columns
 // (one 32-byte sector of fp32), in groups of adjacent runs spread evenly
-// over the row, or the whole row if n < S. The m-th largest is found by a radix select on the sample keys in
-// registers, stopped as soon as its bin is pinned (est = that bin's lower
-// edge, <= the m-th sample key).
+// over the row, or the whole row if n < S. The m-th largest is found by a
+// radix select on the sample keys in registers, stopped as soon as its bin
+// is pinned (est = that bin's lower edge, <= the m-th sample key).
 template <typename T>
 __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);

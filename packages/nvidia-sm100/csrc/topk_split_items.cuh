@@ -10,10 +10,10 @@
 // chunks of about `grain` columns each (at most ws.items; see
 // split_row_chunks; grain from the call's total valid columns, so there are
 // about two chunks per warp of the grid), and a persistent grid takes the
-// chunks of all rows in
-// turn: chunk q of the flattened list goes to block q mod grid, so every SM
-// streams about the same number of bytes whatever the lengths. Consecutive
-// blocks read consecutive chunks of one row at the same time (DRAM pages).
+// chunks of all rows in turn: chunk q of the flattened list goes to block
+// q mod grid (warp (q / grid) mod 8 there), so every SM streams about the
+// same number of bytes whatever the lengths, and consecutive blocks read
+// consecutive chunks of one row at the same time (DRAM pages).
 //
 // A chunk is one warp's work: the warp streams it with the next step's loads
 // in flight and no block barrier, appends its keys >= est in index order to
@@ -32,9 +32,10 @@ namespace stk_nv {
 enum SpanTest { kFloatTest, kTakeAll, kKeyTest };
 
 // (The streaming loop below is gather_warps' per-warp loop with a choice of
-// test. Making gather_warps call this one changed the sm_90a SASS of the
-// cluster and sampled-rows kernels (register allocation), so the fold waits
-// for an H200 run of those kernels.)
+// test. Sharing one loop (counts and overflow flag as out-parameters) is
+// exact by construction but changes the sm_90a SASS of the cluster and
+// sampled-rows kernels (same instruction counts, compares and schedule
+// reordered), so the fold waits for an H200 run of those kernels.)
 //
 // One warp's span [v0, v1) of 16-byte vectors (counted from src.first()):
 // appends the keys >= thr, in index order, to reg[0, cap). Returns the
