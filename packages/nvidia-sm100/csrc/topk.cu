@@ -473,12 +473,20 @@ Plan plan_topk(TopkParams& p, int dev) {
     // 74.4 vs 101.6; uniform 32 x 1M 85.2 vs 88.3, but 64 x 1M 136.4 vs
     // 122.9 (its rows give the cluster no idle blocks) and 16 x 1M (C = 6)
     // 62.1 vs 58.1. Serving batches are ragged; `no-balanced` keeps the
-    // cluster kernel there. fp32 only: for 16-bit scores the cluster kernel
+    // cluster kernel there. Since the final kernel's copy and select were
+    // cut (seventeenth session: final ~23 -> ~14 us), the split also wins
+    // on 8+ rows of 768K+ columns whatever C: 8 x 1M 40.1 vs 45.9 us (C =
+    // 9), 16 x 1M 52.7 vs 58.8 (C = 6), DSA 4 requests + MTP (8 rows) 39.9
+    // vs 42.4, 64 x 1M 123.1 vs 121.8; its ~30 us of fixed cost against the
+    // cluster's ~11 put the crossover at ~780K columns for 8 and 16 uniform
+    // rows (fit to those cells), and 2 rows stay far apart (DSA 1 request +
+    // MTP 30.8 vs 22.3). fp32 only: for 16-bit scores the cluster kernel
     // skips their shared low bits, and the split measured no gain on ragged
     // rows (bf16 DSA decode 32 rows 70.7 vs 70.0 us, 64 rows 78.5 vs 82.3)
-    // and a loss on uniform ones (64 x 1M 125 vs 100).
-    const bool balanced = opt.balanced != 0 && opt.cluster != 1 && p.dtype == 0 && C <= 3 && p.rows >= 8 &&
-                          p.rows <= kSplitMaxRows;
+    // and a loss on uniform ones (64 x 1M 125 vs 100; before the final
+    // kernel's cut).
+    const bool balanced = opt.balanced != 0 && opt.cluster != 1 && p.dtype == 0 && (C <= 3 || max_n >= 786432) &&
+                          p.rows >= 8 && p.rows <= kSplitMaxRows;
     const bool pick = opt.cluster == 1 || p.rows < 8 || (C >= 2 && !balanced);
     if (opt.cluster_n > 0) C = opt.cluster_n;
     const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap, C))) / 16 * 16;

@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
 template <typename T>
 __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
+  STK_CLOCK(0);
   __shared__ uint32_t hist[kMaxBins];
   __shared__ BlockScratch s;
   const int64_t r = blockIdx.x;
@@ -128,15 +129,17 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   // the same)
   const int G = p.cluster_span, t = int(threadIdx.x), grp = t / G;
   const int64_t ngrp = (runs + G - 1) / G;
+  // n >= full: group g covers [g n / ngrp, + 8 G), disjoint since n / ngrp >= 8 G
+  // (the 64-bit division once per thread: per column it was ~30% of the
+  // kernel's instructions, ncu)
+  const int64_t j0 = n >= full ? (int64_t(grp) * n) / ngrp + int64_t(t - grp * G) * kItems : int64_t(t) * kItems;
   uint64_t key[kItems];
   uint32_t m = 0;
 #pragma unroll
   for (int q = 0; q < kItems; ++q) {
     key[q] = 0;
-    const int i = t * kItems + q;
-    if (i < S) {
-      // n >= full: group g covers [g n / ngrp, + 8 G), disjoint since n / ngrp >= 8 G
-      const int64_t j = n >= full ? (int64_t(grp) * n) / ngrp + int64_t(t - grp * G) * kItems + q : int64_t(i);
+    if (t * kItems + q < S) {
+      const int64_t j = j0 + q;
       key[q] = c.key_of_bits(Scalar<T>::f32(base[j]), j);
       m |= 1u << q;
     }
@@ -166,10 +169,14 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
       kk -= above;
       prefix |= uint64_t(b) << shift;
       depth += dbits;
-      if (E == kk) break;  // the m-th sample key is the lowest of its bin
+      // the m-th sample key is the lowest of its bin, or its bin is narrow
+      // enough (13 mantissa bits pinned: est, the bin's lower edge, lets
+      // through ~1e-4 of a bin more; a third pass cost ~1/3 of the select)
+      if (E == kk || depth >= 22) break;
     }
     est = prefix;
   }
+  STK_CLOCK(1);
   if (threadIdx.x == 0) {
     rs->prefix = est;
     rs->kk = p.k;
@@ -215,29 +222,100 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
   if (threadIdx.x == 0) *cnt = total;
 }
 
-// Copies a row's segments into dst in order: candidate e comes from the last
-// segment j with off[j] <= e (binary search); segment j starts at seg0 + j
-// cap. Out of line: inlined, it pushed the final kernel past 64 registers
-// (sm_100a).
-__device__ __noinline__ void split_copy_segments(const int* off, int nseg, const uint64_t* seg0, int cap, int ncand,
-                                                 uint64_t* dst) {
-  for (int e = int(threadIdx.x); e < ncand; e += int(blockDim.x)) {
-    int lo = 0, hi = nseg - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (off[mid] <= e) lo = mid;
-      else hi = mid - 1;
+constexpr int kSplitOffs = 512;  // segment offset table of the final kernel (>= chunks, items)
+
+// Copies a row's segments, in order, to dst (shared memory) and folds the
+// keys' top 32 bits into range[0] / range[1] (shared, preset to ~0 / 0).
+// off: the segments' offsets, kSplitOffs of them, those past the last
+// segment 0x7fffffff; candidate e comes from the last segment j with off[j]
+// <= e, found by 9 fixed steps of binary lifting, U candidates per thread at
+// a time so that their searches and loads overlap. (ncu, 64 x 1M: an out-of-
+// line copy with a search loop per candidate, its shared loads through
+// generic addresses, held a third of the final kernel's stall samples.)
+__device__ __forceinline__ void split_copy_segments(const int* off, const uint64_t* seg0, int cap, int ncand,
+                                                    uint64_t* dst, uint32_t* range) {
+  constexpr int U = 4;
+  const int nt = int(blockDim.x);
+  uint32_t lo = ~0u, hi = 0;
+  for (int e0 = int(threadIdx.x); e0 < ncand; e0 += U * nt) {
+    int j[U], oj[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) j[u] = oj[u] = 0;
+#pragma unroll
+    for (int step = kSplitOffs / 2; step > 0; step >>= 1) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int o = off[j[u] + step];
+        const bool in = o <= e0 + u * nt;
+        j[u] = in ? j[u] + step : j[u];
+        oj[u] = in ? o : oj[u];
+      }
     }
-    dst[e] = seg0[int64_t(lo) * cap + (e - off[lo])];
+    uint64_t v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * nt;
+      if (e < ncand) v[u] = seg0[int64_t(j[u]) * cap + (e - oj[u])];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (e0 + u * nt < ncand) {
+        dst[e0 + u * nt] = v[u];
+        lo = min(lo, uint32_t(v[u] >> 32));
+        hi = max(hi, uint32_t(v[u] >> 32));
+      }
+    }
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(range, lo);
+    atomicMax(range + 1, hi);
+  }
+}
+
+// The k-th largest of the n > 1 distinct candidates, whose top 32 bits lie
+// in [hmin, hmax]: radix passes whose digits start below the top bits every
+// candidate shares (those of hmin and hmax; all 32 if they are equal). A
+// select from depth 0 spent its first pass on one or two bins (the
+// candidates are the row's top band). Digits of 11 bits, the last one cut at
+// bit 0.
+__device__ uint64_t cand_select(const uint64_t* cand, int n, uint32_t hmin, uint32_t hmax, int k, uint32_t* hist,
+                                BlockScratch& s) {
+  int depth = hmin == hmax ? 32 : __clz(hmin ^ hmax);
+  uint64_t prefix = depth == 0 ? 0ull : (uint64_t(hmax) << 32) >> (64 - depth) << (64 - depth);
+  int kk = k;
+  while (true) {
+    const int dbits = min(11, 64 - depth), nbins = 1 << dbits, shift = 64 - depth - dbits;
+    for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    // consecutive candidates on consecutive lanes: conflict-free 8-byte
+    // loads (hist_pass's 8 consecutive keys per thread conflict 16 ways)
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint64_t key = cand[i];
+      if (depth == 0 || ((key ^ prefix) >> (64 - depth)) == 0) atomicAdd(&hist[uint32_t(key >> shift) & (nbins - 1)], 1u);
+    }
+    __syncthreads();
+    find_bin(hist, dbits, kk, s);
+    const int b = s.bin, above = s.above, E = s.count;
+    __syncthreads();  // scratch reused by the next pass
+    kk -= above;
+    prefix |= uint64_t(b) << (64 - depth - dbits);
+    depth += dbits;
+    if (E == kk) return prefix;  // the k-th key is the lowest of its bin (always so at depth 64)
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
+  STK_CLOCK(3);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
+  __shared__ uint32_t range[2];  // the least and largest score bits of the candidates
   const int64_t r = blockIdx.x;
+  const int t = int(threadIdx.x);
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
@@ -252,29 +330,31 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     return;
   }
   const int mode = rsp->mode;
-  SelState st{rsp->prefix, rsp->depth, rsp->kk};
   if (mode == 1) {
-    finish(gsrc, st.prefix, p.k, p.order, out, L.outbuf, s);
+    finish(gsrc, rsp->prefix, p.k, p.order, out, L.outbuf, s);
     return;
   }
   bool ok = mode == 2 || mode == 4;
   // the row's segments (one per chunk), in index order
   const int nseg = ws.balanced ? split_row_chunks(c.n, p.k, *ws.grain_out, ws) : ws.chunks;
-  const int cap = ws.balanced ? ws.region / max(nseg, 1) : ws.seg;
   const int* cnt = ws.counts + r * int64_t(ws.balanced ? ws.items : ws.chunks);
+  const int cap = ws.balanced ? ws.region / max(nseg, 1) : ws.seg;
   // segment j starts at seg0 + j * cap (the chunked layout: cap = ws.seg)
   const uint64_t* const seg0 = ws.cand + r * (ws.balanced ? int64_t(ws.region) : int64_t(ws.chunks) * ws.seg);
-  // segment offsets: one thread per segment (nseg <= blockDim), one block scan
+  // segment offsets: one thread per segment (nseg <= kSplitOffs <= blockDim), one block scan
   int* off = reinterpret_cast<int*>(L.hist);  // (the select clears it before use)
   int ncand = 0;
+  STK_CLOCK(4);
   if (ok) {
-    const int t = int(threadIdx.x);
+    if (t == 0) {
+      range[0] = ~0u;
+      range[1] = 0;
+    }
     const int ct = t < nseg ? cnt[t] : 0;
     const bool bad = ct < 0 || ct > cap;
     int total;
     const int ex = block_excl_scan(bad ? 0 : ct, s, &total);
-    if (t < nseg) off[t] = ex;
-    if (t == 0) off[nseg] = total;
+    if (t < kSplitOffs) off[t] = t < nseg ? ex : 0x7fffffff;
     // mode 4: the candidates are the keys >= est; the top k are among them
     // iff there are at least k of them
     ok = !__syncthreads_or(bad) && total <= p.cand_cap && (mode != 4 || total >= p.k);
@@ -287,17 +367,21 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     select_and_finish(gsrc, c.n, p, out, L, s, SelState{0ull, 0, p.k});
     return;
   }
-  if (mode == 4) st = SelState{0ull, 0, p.k};  // select from scratch among the candidates
-  split_copy_segments(off, nseg, seg0, cap, ncand, L.cand);
+  STK_CLOCK(5);
+  split_copy_segments(off, seg0, cap, ncand, L.cand, range);
   __syncthreads();
+  STK_CLOCK(6);
   CandSrc cs{L.cand, ncand};
   if (ncand <= int(blockDim.x)) {
     finish_small(L.cand, ncand, p.k, p.order, out, L.rankbuf);
     return;
   }
-  uint64_t Tk = 0;
-  select_passes(cs, p.k, st, L.hist, s, nullptr, 0, nullptr, &Tk);
+  // from scratch among the candidates (mode 4: the keys >= est; mode 2: those
+  // >= the threshold bin's lower edge, at least k of them)
+  const uint64_t Tk = cand_select(L.cand, ncand, range[0], range[1], p.k, L.hist, s);
+  STK_CLOCK(7);
   finish(cs, Tk, p.k, p.order, out, L.outbuf, s);
+  STK_CLOCK(8);
 }
 
 }  // namespace stk_nv

@@ -288,7 +288,12 @@ def test_plan_reports_paths(monkeypatch):
     for code in (1, 2):  # 16-bit scores keep the cluster kernel (its shared-bits skip)
         assert C.plan(64, 1 << 20, 2048, 0, code)["cluster"] >= 2
         assert C.workspace_bytes(64, 1 << 20, 2048, 0, code) == 0
-    assert C.plan(16, 1 << 20, 2048, 0)["cluster"] >= 2  # clusters cover most of the GPU (6 per row on an H200)
+    p = C.plan(16, 1 << 20, 2048, 0)  # 8+ rows of 768K+ columns: the balanced split whatever C
+    assert p["split"] and p["balanced"] and not p["cluster"]
+    assert C.plan(8, 1 << 20, 2048, 0)["balanced"]
+    assert C.plan(16, 1 << 20, 2048, 0, 1)["cluster"] >= 2  # (bf16)
+    assert C.plan(16, 1 << 19, 2048, 0)["cluster"] >= 2  # shorter rows: clusters cover most of the GPU (6 per row)
+    assert C.plan(7, 1 << 20, 2048, 0)["cluster"] >= 2  # fewer rows: the cluster kernel
     p = C.plan(4096, 131072, 2048, 0)
     assert not p["split"] and not p["cluster"] and p["sampled_rows"]  # prefill: sampled rows
     assert not C.plan(4096, 32768, 2048, 0)["sampled_rows"]  # rows that fit stay resident (rows kernel)
