@@ -307,6 +307,68 @@ __device__ uint64_t cand_select(const uint64_t* cand, int n, uint32_t hmin, uint
   }
 }
 
+// Writes the keys >= T among cand[0, n) (keff of them) as finish() does: in
+// index order (any, index: the candidates are in index order) or ranked.
+// Thread t takes candidates r0 + u nt + t of a round (consecutive candidates
+// on consecutive lanes: conflict-free 8-byte loads, where CandSrc's 8
+// consecutive keys a thread conflict 16 ways) and places them by its warp's
+// ballot and one scan of the round's (u, warp) counts in wcnt (shared, at
+// least U * 32 + 1 ints).
+__device__ void finish_cand(const uint64_t* cand, int n, uint64_t T, int keff, int order, const OutRow& out,
+                            uint64_t* outbuf, int* wcnt) {
+  constexpr int U = 4;
+  const int nt = int(blockDim.x), t = int(threadIdx.x), lane = t & 31, w = t >> 5, nw = nt >> 5;
+  const bool ranked = order == stk::kOrderRank && keff > 1;
+  const uint32_t below = (1u << lane) - 1u;
+  int base = 0;
+  for (int r0 = 0; r0 < n; r0 += U * nt) {
+    uint64_t key[U];
+    uint32_t bal[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = r0 + u * nt + t;
+      key[u] = e < n ? cand[e] : 0ull;
+      bal[u] = __ballot_sync(0xffffffffu, e < n && key[u] >= T);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) wcnt[u * nw + w] = __popc(bal[u]);
+    }
+    __syncthreads();
+    if (w == 0) {  // exclusive scan of the U nw counts in (u, warp) order; lane l takes [l q, l q + q)
+      const int m = U * nw, q = (m + 31) / 32, i0 = min(m, lane * q), i1 = min(m, i0 + q);
+      int loc = 0;
+      for (int i = i0; i < i1; ++i) loc += wcnt[i];
+      int inc = loc;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d) inc += y;
+      }
+      int run = inc - loc;
+      for (int i = i0; i < i1; ++i) {
+        const int c = wcnt[i];
+        wcnt[i] = run;
+        run += c;
+      }
+      if (lane == 31) wcnt[m] = inc;  // the round's count
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if ((bal[u] >> lane) & 1u) {
+        const int pos = base + wcnt[u * nw + w] + __popc(bal[u] & below);
+        if (ranked) outbuf[pos] = key[u];
+        else out.put(pos, key[u]);
+      }
+    }
+    base += wcnt[U * nw];
+    __syncthreads();  // wcnt is rewritten by the next round; outbuf complete for the sort
+  }
+  if (ranked) write_ranked(outbuf, keff, out);
+  out.pad(keff);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
@@ -316,6 +378,14 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   __shared__ uint32_t range[2];  // the least and largest score bits of the candidates
   const int64_t r = blockIdx.x;
   const int t = int(threadIdx.x);
+  // loads that do not depend on the row's length, issued beside it (one
+  // round trip instead of three): the row's mode, the chunk size, segment
+  // t's count (read for t < items, used for t < nseg)
+  const SplitRowState* rsp = reinterpret_cast<const SplitRowState*>(ws.state) + r;
+  const int mode = rsp->mode;
+  const int64_t grain = ws.balanced ? *ws.grain_out : 0;
+  const int items = ws.balanced ? ws.items : ws.chunks;
+  const int ct_t = t < items ? ws.counts[r * int64_t(items) + t] : 0;
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
@@ -324,20 +394,17 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   const raw* base = row_scores<T>(p, r, g);
   GlobalSrc<T> gsrc;
   gsrc.init(base, 0, c.n, c);
-  const SplitRowState* rsp = reinterpret_cast<const SplitRowState*>(ws.state) + r;
   if (c.n <= p.k) {
     finish(gsrc, 1ull, int(c.n), p.order, out, L.outbuf, s);
     return;
   }
-  const int mode = rsp->mode;
   if (mode == 1) {
     finish(gsrc, rsp->prefix, p.k, p.order, out, L.outbuf, s);
     return;
   }
   bool ok = mode == 2 || mode == 4;
   // the row's segments (one per chunk), in index order
-  const int nseg = ws.balanced ? split_row_chunks(c.n, p.k, *ws.grain_out, ws) : ws.chunks;
-  const int* cnt = ws.counts + r * int64_t(ws.balanced ? ws.items : ws.chunks);
+  const int nseg = ws.balanced ? split_row_chunks(c.n, p.k, grain, ws) : ws.chunks;
   const int cap = ws.balanced ? ws.region / max(nseg, 1) : ws.seg;
   // segment j starts at seg0 + j * cap (the chunked layout: cap = ws.seg)
   const uint64_t* const seg0 = ws.cand + r * (ws.balanced ? int64_t(ws.region) : int64_t(ws.chunks) * ws.seg);
@@ -350,7 +417,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
       range[0] = ~0u;
       range[1] = 0;
     }
-    const int ct = t < nseg ? cnt[t] : 0;
+    const int ct = t < nseg ? ct_t : 0;
     const bool bad = ct < 0 || ct > cap;
     int total;
     const int ex = block_excl_scan(bad ? 0 : ct, s, &total);
@@ -371,7 +438,6 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   split_copy_segments(off, seg0, cap, ncand, L.cand, range);
   __syncthreads();
   STK_CLOCK(6);
-  CandSrc cs{L.cand, ncand};
   if (ncand <= int(blockDim.x)) {
     finish_small(L.cand, ncand, p.k, p.order, out, L.rankbuf);
     return;
@@ -380,7 +446,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   // >= the threshold bin's lower edge, at least k of them)
   const uint64_t Tk = cand_select(L.cand, ncand, range[0], range[1], p.k, L.hist, s);
   STK_CLOCK(7);
-  finish(cs, Tk, p.k, p.order, out, L.outbuf, s);
+  finish_cand(L.cand, ncand, Tk, p.k, p.order, out, L.outbuf, L.rankbuf);
   STK_CLOCK(8);
 }
 
