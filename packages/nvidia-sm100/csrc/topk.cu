@@ -521,7 +521,7 @@ Plan plan_topk(TopkParams& p, int dev) {
     // its chunks: at 512 chunks 64 each, ~10 expected)
     plan.ws.balanced = plan.sampled && opt.balanced != 0 && p.rows <= kSplitMaxRows;
     if (plan.ws.balanced) {
-      plan.ws.items = 512;
+      plan.ws.items = kSplitMaxChunks;
       plan.ws.grain = 2048;
       plan.ws.region = 2 * p.cand_cap;
       plan.ws.blocks = int(std::min<int64_t>(int64_t(d.items_bps) * d.sms, p.rows * int64_t(plan.ws.items)));

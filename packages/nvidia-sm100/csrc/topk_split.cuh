@@ -23,6 +23,9 @@ namespace stk_nv {
 struct SplitRowState {
   unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
   int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
+  // kk, depth: still written, read by nothing since the final kernel selects
+  // from scratch among its candidates (dropping them changes the split
+  // kernels' SASS: the state's stride; left for a device run)
   int kk;
   int depth;
   int pad;
@@ -30,6 +33,9 @@ struct SplitRowState {
 
 constexpr int kSplitWarps = 8;       // warps per block of split_items_kernel (topk_split_items.cuh)
 constexpr int kSplitMaxRows = 512;   // rows the balanced split takes (its per-block row table)
+constexpr int kSplitMaxChunks = 512; // chunks per row of the balanced split (ws.items; the final kernel's offset table)
+static_assert((kSplitMaxChunks & (kSplitMaxChunks - 1)) == 0 && kSplitMaxChunks <= 1024,
+              "the final kernel's binary lifting and its one-thread-per-segment scan");
 
 // Chunks of a row of n columns in the balanced split: one per `grain`
 // columns (the call's chunk size, worked out by split_items_kernel), at most
@@ -222,11 +228,9 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
   if (threadIdx.x == 0) *cnt = total;
 }
 
-constexpr int kSplitOffs = 512;  // segment offset table of the final kernel (>= chunks, items)
-
 // Copies a row's segments, in order, to dst (shared memory) and folds the
 // keys' top 32 bits into range[0] / range[1] (shared, preset to ~0 / 0).
-// off: the segments' offsets, kSplitOffs of them, those past the last
+// off: the segments' offsets, kSplitMaxChunks of them, those past the last
 // segment 0x7fffffff; candidate e comes from the last segment j with off[j]
 // <= e, found by 9 fixed steps of binary lifting, U candidates per thread at
 // a time so that their searches and loads overlap. (ncu, 64 x 1M: an out-of-
@@ -242,7 +246,7 @@ __device__ __forceinline__ void split_copy_segments(const int* off, const uint64
 #pragma unroll
     for (int u = 0; u < U; ++u) j[u] = oj[u] = 0;
 #pragma unroll
-    for (int step = kSplitOffs / 2; step > 0; step >>= 1) {
+    for (int step = kSplitMaxChunks / 2; step > 0; step >>= 1) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int o = off[j[u] + step];
@@ -408,7 +412,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   const int cap = ws.balanced ? ws.region / max(nseg, 1) : ws.seg;
   // segment j starts at seg0 + j * cap (the chunked layout: cap = ws.seg)
   const uint64_t* const seg0 = ws.cand + r * (ws.balanced ? int64_t(ws.region) : int64_t(ws.chunks) * ws.seg);
-  // segment offsets: one thread per segment (nseg <= kSplitOffs <= blockDim), one block scan
+  // segment offsets: one thread per segment (nseg <= kSplitMaxChunks <= blockDim), one block scan
   int* off = reinterpret_cast<int*>(L.hist);  // (the select clears it before use)
   int ncand = 0;
   STK_CLOCK(4);
@@ -421,7 +425,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     const bool bad = ct < 0 || ct > cap;
     int total;
     const int ex = block_excl_scan(bad ? 0 : ct, s, &total);
-    if (t < kSplitOffs) off[t] = t < nseg ? ex : 0x7fffffff;
+    if (t < kSplitMaxChunks) off[t] = t < nseg ? ex : 0x7fffffff;
     // mode 4: the candidates are the keys >= est; the top k are among them
     // iff there are at least k of them
     ok = !__syncthreads_or(bad) && total <= p.cand_cap && (mode != 4 || total >= p.k);
