@@ -5,7 +5,8 @@ kernels (STK_CLOCK slots of _C.cluster_stamps(): the block of one row each).
     SPLIT_CELLS=64x1048576,4x40960 STAMP_ROWS=0,17 python ci/gpu/split_stamps.py
 
 Cells are ROWSxLENGTH (stride 1M, k = 2048, order any, fp32 N(0,1)), or "dsa"
-(32 ragged rows of 40K to 1M columns). Sample: entry to its estimate. Final:
+(32 ragged rows of 40K to 1M columns). Sample: entry to its estimate (loads,
+then each radix pass over the sample keys). Final:
 prologue (geometry, the row's mode), counts + scan, copy of the candidates into
 shared memory, select, write.
 """
@@ -43,9 +44,15 @@ for cell in cells:
         for _ in range(3):
             sparsetopk.topk(x, K, lengths=lengths, order="any", backend="nvidia-sm100")
         torch.cuda.synchronize()
-        t = [int(v) for v in C.cluster_stamps()][16:25]
+        t = [int(v) for v in C.cluster_stamps()][16:28]
         fin = ", ".join(f"{names[i]} {t[4 + i] - t[3 + i]}" for i in range(5) if t[4 + i] >= t[3 + i] > 0)
+        # sample: slot 2 after the loads, 9, 10, 11 after each pass (a pass not run keeps an older stamp)
+        sp, prev = [f"loads {t[2] - t[0]}"], t[2]
+        for i in (9, 10, 11):
+            if prev < t[i] <= t[1]:
+                sp.append(f"pass {i - 8} {t[i] - prev}")
+                prev = t[i]
         print(f"{cell} row {b} (n={int(lens[b])}, {os.environ['SPARSETOPK_NV_PATH']}): sample {t[1] - t[0]} cycles"
-              f" | final {t[8] - t[3]}: {fin}", flush=True)
+              f" ({', '.join(sp)}) | final {t[8] - t[3]}: {fin}", flush=True)
     x = None
     torch.cuda.empty_cache()

@@ -55,6 +55,7 @@ struct SplitWs {
   int blocks;
   int64_t grain;
   int64_t* grain_out;  // G, from the gather kernel to the final kernel
+  bool early;  // row tables before the launch wait (split_items_kernel)
 };
 
 struct Plan {

@@ -349,6 +349,7 @@ struct PathOpts {
   bool pdl = true;
   bool tile = true;
   int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
+  bool items_early = true;  // balanced gather: row tables before the launch wait
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -397,6 +398,7 @@ static PathOpts path_opts() {
     else if (t == "no-tile") o.tile = false;
     else if (t == "balanced") o.balanced = o.split = 1;  // the balanced split, forced
     else if (t == "no-balanced") o.balanced = 0;
+    else if (t == "no-iearly") o.items_early = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -404,7 +406,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -525,6 +527,7 @@ Plan plan_topk(TopkParams& p, int dev) {
       plan.ws.grain = 2048;
       plan.ws.region = 2 * p.cand_cap;
       plan.ws.blocks = int(std::min<int64_t>(int64_t(d.items_bps) * d.sms, p.rows * int64_t(plan.ws.items)));
+      plan.ws.early = opt.items_early;
     }
     plan.smem = int(fixed_smem(p));
     plan.block = 1024;

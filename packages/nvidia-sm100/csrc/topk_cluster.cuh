@@ -752,47 +752,34 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   return base;
 }
 
-// The same gather without block barriers: warp w streams its own contiguous
-// span (vectors [w, w+1) x nvec / warps of the chunk's aligned grid), next
-// step's loads in flight, appending its keys >= thr in index order to its own
-// region of buf's upper half; one block scan of the warp counts then packs
-// the regions, in warp order (= index order), into buf[0, total). Warps drift
-// apart instead of waiting for the slowest load of every step. Returns the
-// count, or cap + 1 when a warp's region (or the lower half) would overflow:
-// the caller then runs the block-synchronous gather (skewed rows).
-// Steps wholly inside the chunk load without per-vector checks (one
-// uniform branch per step instead of a checked, divergent path per vector:
-// gather phase 98.7 -> 83.3 us at 64 x 1M on the H200; a pure read of the
-// same pattern takes 74, ci/gpu/stream_probe.cu).
-// (Measured, not kept, at 64 x 1M: a cp.async ring of 8 or 16 one-vector
-// stages per warp instead of the registers, 145 / 148 vs 130 us; each warp
-// starting at a different step of its span, which lifts the pure read from
-// 3.6 to 4.0 TB/s, 133 vs 130 us.)
-// V: vectors per lane per step. kInPlace: the warp regions tile the whole
-// buffer (cap / warps keys each, twice the room per warp); their unused
-// tails are cleared to empty keys (0) and one in-place ordered compaction
-// packs them (the sampled-rows kernel, whose buffer has no spare half).
-// PF > 0: each step also prefetches, into L2, the warp's vectors PF steps
-// ahead (more bytes in flight than the registers hold).
-template <int V, bool kInPlace, int PF = 0, typename T>
-__device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
+// How a span's columns are tested against thr (warp_span_gather).
+enum SpanTest { kFloatTest, kTakeAll, kKeyTest };
+
+// One warp's span [v0, v1) of 16-byte vectors (counted from src.first()):
+// appends the keys >= thr, in index order, to reg[0, cap), with the next
+// step's loads in flight and no block barrier. Returns the count, or -1 if
+// it would pass cap (the warp stops there). kFloatTest: one float compare
+// per column (no forced column, threshold score above -inf: fast_test_ok);
+// kTakeAll: thr = 0, every valid column; kKeyTest: full keys. Steps wholly
+// inside the chunk and the span (all but the first and last, warp-uniform)
+// load without per-vector checks (one uniform branch per step instead of a
+// checked, divergent path per vector: gather phase 98.7 -> 83.3 us at 64 x
+// 1M on the H200; a pure read of the same pattern takes 74,
+// ci/gpu/stream_probe.cu). PF > 0: each such step also prefetches, into L2,
+// the warp's vectors PF steps ahead (more bytes in flight than the
+// registers hold). Used by gather_warps (the cluster and sampled-rows
+// kernels) and by the balanced split's split_items_kernel.
+template <int V, SpanTest Test, int PF, typename T>
+__device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t v0, int64_t v1, uint64_t thr,
+                                                uint64_t* reg, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
-  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = int(blockDim.x) >> 5;
-  const int half = kInPlace ? 0 : cap / 2, wcap = (cap - half) / nw;
-  uint64_t* reg = buf + half + int64_t(w) * wcap;
+  const int lane = int(threadIdx.x) & 31;
   const float tf = __uint_as_float(stk::unordered_u32(uint32_t(thr >> 32)));
   const int64_t f = src.first();
-  const int64_t nvec = (src.end() - f + NV - 1) / NV;
-  const int64_t v0 = nvec * w / nw, v1 = nvec * (w + 1) / nw;
-  int cnt = 0;
-  bool over = false;
-  auto put = [&](int pos, uint64_t key) { reg[pos] = key; };
-  uint4 nxt[V];
-  uint32_t nm[V];
-  // steps whose vectors all lie inside the chunk and the span (all but the
-  // first and last, warp-uniform) load without per-vector checks
   const int64_t wlo = (src.j0 - f + NV - 1) / NV, whi = min(v1, (src.j1 - f) / NV);
   const uint4* const vbase = reinterpret_cast<const uint4*>(src.base + f) + lane;
+  uint4 nxt[V];
+  uint32_t nm[V];
   auto load_step = [&](int64_t vb) {
     if (src.vec && vb >= wlo && vb + 32 * V <= whi) {
 #pragma unroll
@@ -808,9 +795,11 @@ __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch&
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t vi = vb + v * 32 + lane;
-      nm[v] = vi < v1 ? src.load_vec(f + vi * NV, nxt[v]) : 0u;  // past the span: the next warp's
+      nm[v] = vi < v1 ? src.load_vec(f + vi * NV, nxt[v]) : 0u;  // past the span: another warp's
     }
   };
+  auto put = [&](int pos, uint64_t key) { reg[pos] = key; };
+  int cnt = 0;
   if (v0 < v1) load_step(v0);
   for (int64_t vb = v0; vb < v1; vb += 32 * V) {
     uint4 cur[V];
@@ -824,16 +813,54 @@ __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch&
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c0 = f + (vb + v * 32 + lane) * NV;
-      sel[v] = sel[v] ? vec_select<T>(cur[v], sel[v], tf, thr, src.c, c0) : 0u;
+      uint32_t m = sel[v];
+      if (m && Test != kTakeAll) {
+        if (Test == kFloatTest) {
+          m = vec_select<T>(cur[v], m, tf, thr, src.c, c0);
+        } else {
+          uint32_t ge = 0;
+#pragma unroll
+          for (int i = 0; i < NV; ++i)
+            if (((m >> i) & 1u) && src.key1(c0 + i, GlobalSrc<T>::vec_f32(cur[v], i)) >= thr) ge |= 1u << i;
+          m = ge;
+        }
+      }
       int tot;
-      const int ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(sel[v]), &tot);
-      over = over || cnt + tot > wcap;  // warp-uniform
-      if (!over) sink_vec(src, cur[v], sel[v], c0, cnt + ex, put);
+      const int ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
+      if (cnt + tot > cap) return -1;  // warp-uniform
+      sink_vec(src, cur[v], m, c0, cnt + ex, put);
       cnt += tot;
     }
-    if (over) break;
   }
-  if (lane == 0) s.warp[w] = over ? -1 : cnt;
+  return cnt;
+}
+
+// The same gather without block barriers: warp w streams its own contiguous
+// span (vectors [w, w+1) x nvec / warps of the chunk's aligned grid) by
+// warp_span_gather, appending its keys >= thr in index order to its own
+// region of buf's upper half; one block scan of the warp counts then packs
+// the regions, in warp order (= index order), into buf[0, total). Warps drift
+// apart instead of waiting for the slowest load of every step. Returns the
+// count, or cap + 1 when a warp's region (or the lower half) would overflow:
+// the caller then runs the block-synchronous gather (skewed rows).
+// (Measured, not kept, at 64 x 1M: a cp.async ring of 8 or 16 one-vector
+// stages per warp instead of the registers, 145 / 148 vs 130 us; each warp
+// starting at a different step of its span, which lifts the pure read from
+// 3.6 to 4.0 TB/s, 133 vs 130 us.)
+// V: vectors per lane per step. kInPlace: the warp regions tile the whole
+// buffer (cap / warps keys each, twice the room per warp); their unused
+// tails are cleared to empty keys (0) and one in-place ordered compaction
+// packs them (the sampled-rows kernel, whose buffer has no spare half).
+// PF: warp_span_gather's L2 prefetch distance.
+template <int V, bool kInPlace, int PF = 0, typename T>
+__device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
+  constexpr int NV = GlobalSrc<T>::kVec;
+  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = int(blockDim.x) >> 5;
+  const int half = kInPlace ? 0 : cap / 2, wcap = (cap - half) / nw;
+  uint64_t* reg = buf + half + int64_t(w) * wcap;
+  const int64_t nvec = (src.end() - src.first() + NV - 1) / NV;
+  const int cnt = warp_span_gather<V, kFloatTest, PF>(src, nvec * w / nw, nvec * (w + 1) / nw, thr, reg, wcap);
+  if (lane == 0) s.warp[w] = cnt;  // -1: the warp's region would overflow
   __syncthreads();
   if (threadIdx.x == 0) {
     int acc = 0;

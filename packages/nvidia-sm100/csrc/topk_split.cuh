@@ -23,11 +23,6 @@ namespace stk_nv {
 struct SplitRowState {
   unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
   int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
-  // kk, depth: still written, read by nothing since the final kernel selects
-  // from scratch among its candidates (dropping them changes the split
-  // kernels' SASS: the state's stride; left for a device run)
-  int kk;
-  int depth;
   int pad;
 };
 
@@ -93,8 +88,6 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
     const int kk = p.k - s.above;
     const int E = s.count;
     rs->prefix = uint64_t(s.bin) << 53;
-    rs->kk = kk;
-    rs->depth = 11;
     const int C = (p.k - kk) + E;
     rs->mode = (E == kk) ? 1 : (C <= p.cand_cap ? 2 : 3);
   }
@@ -150,6 +143,8 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
       m |= 1u << q;
     }
   }
+  if (p.stamps) asm volatile("" ::"l"(key[0]), "l"(key[kItems - 1]));  // loads done before STK_CLOCK(2)
+  STK_CLOCK(2);
   int64_t mt = (5 * int64_t(p.k) * S + 2 * n - 1) / (2 * n);
   mt = max(mt, int64_t(16));
   uint64_t est = 0;  // 0: every key is a candidate
@@ -175,6 +170,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
       kk -= above;
       prefix |= uint64_t(b) << shift;
       depth += dbits;
+      STK_CLOCK(8 + depth / 11);  // 9, 10, ...: after each pass (profiling)
       // the m-th sample key is the lowest of its bin, or its bin is narrow
       // enough (13 mantissa bits pinned: est, the bin's lower edge, lets
       // through ~1e-4 of a bin more; a third pass cost ~1/3 of the select)
@@ -185,8 +181,6 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   STK_CLOCK(1);
   if (threadIdx.x == 0) {
     rs->prefix = est;
-    rs->kk = p.k;
-    rs->depth = 0;
     rs->mode = 4;
   }
 }

@@ -10,7 +10,7 @@ graph-replayed. Skips without CUDA."""
 
 import pytest
 import torch
-from nv_small_k import set_path
+from nv_small_k import plan, set_path
 
 import sparsetopk
 
@@ -84,3 +84,54 @@ def test_consumer_sees_producer_writes(path, shape, graph):
             # and the chain as a whole: the top 16 of x, through the producer's list
             top = torch.topk(x, 16, dim=1).values
             assert torch.equal(val2, top), (rep, j)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_split_reads_lengths_a_call_wrote(path, graph):
+    """The balanced split's gather kernel builds its row tables from the
+    lengths before its launch wait (it follows the sample kernel, which waits
+    first). Here the lengths ARE the previous call's output: a k = 1 top-k
+    whose index per row is the length wanted, into a buffer preset to the
+    full width before each producer call. A consumer reading them early sees
+    the full width and keeps columns past the length (they hold the row's
+    largest scores here, so its answer then differs)."""
+    rows, width, k = 48, 1 << 18, 2048
+    assert plan(rows, width, k)["balanced"]
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(11)
+    want_len = [torch.randint(3000, width - 8192, (rows,), generator=g, device=dev) for _ in range(2)]
+    ys = []
+    for wl in want_len:
+        y = torch.rand(rows, width, device=dev, generator=g)
+        y[torch.arange(rows, device=dev), wl] = 2.0  # the producer's top-1 index: row r's length
+        ys.append(y)
+    x = torch.randn(rows, width, device=dev, generator=g)
+    x[:, width - 8192:] = 100.0  # past every length: only a consumer with stale (full) lengths takes these
+    lens = torch.empty(rows, 1, dtype=torch.int32, device=dev)
+    out = torch.empty(rows, k, dtype=torch.int32, device=dev)
+
+    def chain(y):
+        lens.fill_(width)
+        sparsetopk.topk(y, 1, order="rank", backend=NV, out=lens)
+        sparsetopk.topk(x, k, lengths=lens.view(rows), order="any", backend=NV, out=out)
+
+    graphs = []
+    if graph:
+        chain(ys[0])
+        torch.cuda.synchronize()
+        for y in ys:
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                chain(y)
+            graphs.append(gr)
+    for rep in range(3):
+        for j, y in enumerate(ys):
+            if graph:
+                graphs[j].replay()
+            else:
+                chain(y)
+            torch.cuda.synchronize()
+            got_len = lens.view(rows).clone()
+            assert torch.equal(got_len.long(), want_len[j]), (rep, j)
+            want = sparsetopk.topk(x, k, lengths=got_len, order="any", backend="reference").indices
+            assert torch.equal(out.sort(dim=1).values, want.sort(dim=1).values), (rep, j)

@@ -246,7 +246,7 @@ def test_cuda_graph_long_rows(path):
         assert _same(type(ref)(oi, ov), ref, "any"), f"graph replay {step}"
 
 
-@pytest.mark.parametrize("path", ["balanced", "split,no-balanced"], indirect=True)
+@pytest.mark.parametrize("path", ["balanced", "balanced,no-iearly", "split,no-balanced"], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_balanced_ragged(path, dtype):
     """DSA-decode-shaped calls: ragged rows (log-uniform lengths from 2K to the
