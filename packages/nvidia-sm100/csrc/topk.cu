@@ -325,6 +325,11 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   rank-block0   the cluster kernel's rank order: block 0 sorts every key
 //                 (default from C = 5 and 129 keys: every block sorts its own
 //                 and ranks them against the others' runs)
+//   balanced      the sampled split with the balanced gather, forced
+//   no-balanced   the sampled split gathers in equal chunks per row
+//                 (split_gather_kernel), and the plan keeps the cluster kernel
+//   no-iearly     the balanced gather builds its row tables after its launch
+//                 wait (default: before it, beside the sample kernel)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
