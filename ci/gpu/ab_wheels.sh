@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A/B of nvidia-sm100 builds in one device call: each wheel directory is
+# installed in turn (pip --force-reinstall --no-deps) and timed by
+# ci/gpu/ab_long.py on the same cells, the order repeated (A B A B ...) so
+# that drift hits every build alike. H200s lent on different days differ by a
+# few percent, so builds are compared only inside one call.
+#
+#   AB_WHEELS="base=.gpu/wheels/base new=.gpu/wheels/new" bash ci/gpu/ab_wheels.sh
+#
+# Wheels are built on the CPU machine and carried (notes/nvidia-sm100.md,
+# "Build"). The core package must be installed first (run_all.sh install).
+# Knobs: AB_ROUNDS (default 2), AB_SETS (default "long dsa prefill": long =
+# ab_long.py's AB_CELLS, default 16 x 1M and 64 x 1M; dsa = the bench's DSA
+# decode cells with MTP; prefill = its prefill cells), AB_PATHS
+# (SPARSETOPK_NV_PATH values timed side by side, default auto).
+set -u
+cd "$(dirname "$0")/../.."
+PY=${PY:-python}
+rounds=${AB_ROUNDS:-2}
+sets=${AB_SETS:-long dsa prefill}
+paths=${AB_PATHS:-auto}
+for ((i = 1; i <= rounds; i++)); do
+  for spec in ${AB_WHEELS:?set AB_WHEELS=\"name=dir ...\"}; do
+    name=${spec%%=*}
+    dir=${spec#*=}
+    if ! $PY -m pip install -q --no-deps --force-reinstall "$dir"/*.whl > /dev/null 2>&1; then
+      echo "$name: install of $dir failed"
+      continue
+    fi
+    for set in $sets; do
+      case $set in
+        long) AB_LABEL=$name AB_REPEATS=1 AB_CELLS=${AB_CELLS:-16x1048576,64x1048576} timeout 200 $PY ci/gpu/ab_long.py $paths ;;
+        dsa) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=dsa-decode:req+mtp1 timeout 200 $PY ci/gpu/ab_long.py $paths ;;
+        prefill) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=prefill timeout 300 $PY ci/gpu/ab_long.py $paths ;;
+        *) echo "unknown set $set (long, dsa, prefill)" ;;
+      esac 2>&1 | grep "^|"
+    done
+  done
+done
