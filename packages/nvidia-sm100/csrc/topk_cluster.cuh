@@ -769,7 +769,7 @@ enum SpanTest { kFloatTest, kTakeAll, kKeyTest };
 // the warp's vectors PF steps ahead (more bytes in flight than the
 // registers hold). Used by gather_warps (the cluster and sampled-rows
 // kernels) and by the balanced split's split_items_kernel.
-template <int V, SpanTest Test, int PF, typename T>
+template <int V, SpanTest Test, int PF, bool Vote, typename T>
 __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t v0, int64_t v1, uint64_t thr,
                                                 uint64_t* reg, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
@@ -825,6 +825,11 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
           m = ge;
         }
       }
+      // Vote: sparse candidates (~73% of the vectors hold none at ~2.5K in
+      // 1M columns): one vote skips the ballot prefix of an empty vector.
+      // Off where candidates are dense (sampled rows: ~1 in 40 columns,
+      // prefill 1068 -> 1095 us with it on the H200)
+      if (Vote && Test != kTakeAll && !__any_sync(0xffffffffu, m != 0)) continue;
       int tot;
       const int ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
       if (cnt + tot > cap) return -1;  // warp-uniform
@@ -851,15 +856,15 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
 // buffer (cap / warps keys each, twice the room per warp); their unused
 // tails are cleared to empty keys (0) and one in-place ordered compaction
 // packs them (the sampled-rows kernel, whose buffer has no spare half).
-// PF: warp_span_gather's L2 prefetch distance.
-template <int V, bool kInPlace, int PF = 0, typename T>
+// PF: warp_span_gather's L2 prefetch distance; Vote: its empty-vector skip.
+template <int V, bool kInPlace, int PF, bool Vote, typename T>
 __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = int(blockDim.x) >> 5;
   const int half = kInPlace ? 0 : cap / 2, wcap = (cap - half) / nw;
   uint64_t* reg = buf + half + int64_t(w) * wcap;
   const int64_t nvec = (src.end() - src.first() + NV - 1) / NV;
-  const int cnt = warp_span_gather<V, kFloatTest, PF>(src, nvec * w / nw, nvec * (w + 1) / nw, thr, reg, wcap);
+  const int cnt = warp_span_gather<V, kFloatTest, PF, Vote>(src, nvec * w / nw, nvec * (w + 1) / nw, thr, reg, wcap);
   if (lane == 0) s.warp[w] = cnt;  // -1: the warp's region would overflow
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -1119,7 +1124,7 @@ __global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
   if (bulk) {
     got = gather_bulk(gsrc, est, s, L.region + size_t(cap) * 8, bars, keep);
   } else if (p.warp_gather && fast_test_ok(c, est)) {
-    got = gather_warps<4, false>(gsrc, est, s, cand, cap);
+    got = gather_warps<4, false, 0, true>(gsrc, est, s, cand, cap);
     if (got > cap) got = gather_wide<4>(gsrc, est, s, keep);  // a warp's share overflowed (skewed row)
   } else {
     got = gather_wide<4>(gsrc, est, s, keep);

@@ -132,17 +132,18 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   // (the 64-bit division once per thread: per column it was ~30% of the
   // kernel's instructions, ncu)
   const int64_t j0 = n >= full ? (int64_t(grp) * n) / ngrp + int64_t(t - grp * G) * kItems : int64_t(t) * kItems;
-  uint64_t key[kItems];
-  uint32_t m = 0;
-#pragma unroll
-  for (int q = 0; q < kItems; ++q) {
-    key[q] = 0;
-    if (t * kItems + q < S) {
-      const int64_t j = j0 + q;
-      key[q] = c.key_of_bits(Scalar<T>::f32(base[j]), j);
-      m |= 1u << q;
-    }
-  }
+  // the run moved down onto the row's 16-byte grid, so that it loads as
+  // vectors (GlobalSrc::load: the loads first, then the keys; columns outside
+  // [0, n) masked). A column per guarded load issued the 8 loads one after
+  // the other, each used at once (ncu source counters, 64 x 1M). Runs of one
+  // group move together; two groups may share up to 7 columns (the sample
+  // then counts them twice, which moves est a little, never exactness: the
+  // final kernel checks the count).
+  GlobalSrc<T> src;
+  src.init(base, 0, n, c);
+  const int64_t gs = j0 - (((j0 - src.first()) % kItems) + kItems) % kItems;
+  uint64_t key[kItems] = {};
+  const uint32_t m = gs < n ? src.load(gs, key) : 0u;
   if (p.stamps) asm volatile("" ::"l"(key[0]), "l"(key[kItems - 1]));  // loads done before STK_CLOCK(2)
   STK_CLOCK(2);
   int64_t mt = (5 * int64_t(p.k) * S + 2 * n - 1) / (2 * n);

@@ -42,7 +42,7 @@ namespace stk_nv {
 // the workspace (which the previous call's final kernel may still read)
 // are touched only after the wait.
 template <typename T, bool Forced>
-__global__ void __launch_bounds__(kSplitWarps * 32, 2) split_items_kernel(TopkParams p, SplitWs ws) {
+__global__ void __launch_bounds__(kSplitWarps * 32, 3) split_items_kernel(TopkParams p, SplitWs ws) {
   pdl_warm(p);
   if (!ws.early) pdl_wait();
   // every row's chunk count (as a prefix over rows), geometry and estimate,
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 2) split_items_kernel(TopkPa
   }
   if (threadIdx.x == 0) pre[rows] = carry;
   __syncthreads();
-  constexpr int V = 4;
+  constexpr int V = 2;
   constexpr int NV = GlobalSrc<T>::kVec;
   const int w = int(threadIdx.x) >> 5, B = int(gridDim.x);
   if (ws.early) pdl_wait();
@@ -114,11 +114,11 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 2) split_items_kernel(TopkPa
     uint64_t* reg = ws.cand + int64_t(r) * ws.region + int64_t(i) * cap;
     int got;
     if (Forced)
-      got = warp_span_gather<V, kKeyTest, 0>(src, 0, nvec, thr, reg, cap);
+      got = warp_span_gather<V, kKeyTest, 0, true>(src, 0, nvec, thr, reg, cap);
     else if (thr == 0)  // the sample took every key (short row)
-      got = warp_span_gather<V, kTakeAll, 0>(src, 0, nvec, thr, reg, cap);
+      got = warp_span_gather<V, kTakeAll, 0, true>(src, 0, nvec, thr, reg, cap);
     else if (uint32_t(thr >> 32) > stk::kOrderedNegInf)
-      got = warp_span_gather<V, kFloatTest, 0>(src, 0, nvec, thr, reg, cap);
+      got = warp_span_gather<V, kFloatTest, 0, true>(src, 0, nvec, thr, reg, cap);
     else  // est among -inf / NaN scores (rows of mostly those): the final kernel's exact select
       got = -1;
     if ((threadIdx.x & 31) == 0) ws.counts[int64_t(r) * ws.items + i] = got;
