@@ -51,7 +51,9 @@ if has install; then
     [ -f "$w" ] && nv=$w
   done
   echo "nvidia-sm100 from $nv"
-  "$PY" -m pip install --no-build-isolation --no-deps -e shared "$nv" \
+  # --force-reinstall: a warm machine may still hold another build of the
+  # same version (an A/B's last wheel), which pip would otherwise keep
+  "$PY" -m pip install --no-build-isolation --no-deps --force-reinstall -e shared "$nv" \
       -e packages/triton-portable -e packages/amd-gfx950 > "$OUT/install.log" 2>&1
   s=$?
   if [ "$s" = 0 ] && [ "$nv" != ./packages/nvidia-sm100 ] && ! "$PY" -c "import sparsetopk_nvidia_sm100._C" 2>>"$OUT/install.log"; then
