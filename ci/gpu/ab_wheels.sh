@@ -27,6 +27,7 @@ for ((i = 1; i <= rounds; i++)); do
       echo "$name: install of $dir failed"
       continue
     fi
+    [ "$i" = 1 ] && $PY -c "import hashlib, sparsetopk_nvidia_sm100._C as c; print('$name: _C sha256', hashlib.sha256(open(c.__file__, 'rb').read()).hexdigest()[:16])"
     for set in $sets; do
       case $set in
         long) AB_LABEL=$name AB_REPEATS=1 AB_CELLS=${AB_CELLS:-16x1048576,64x1048576} timeout 200 $PY ci/gpu/ab_long.py $paths ;;

@@ -51,6 +51,9 @@ say "environment"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'hip', torch.version.hip); print('gpu', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
   "$PY" -c "import matplotlib; print('matplotlib', matplotlib.__version__)" 2>&1 || true
+  # which nvidia-sm100 build ran (compare with the carried wheel's _C: a warm
+  # machine may hold another build of the same version)
+  "$PY" -c "import hashlib, sparsetopk_nvidia_sm100._C as c; print('nvidia-sm100 _C sha256', hashlib.sha256(open(c.__file__, 'rb').read()).hexdigest()[:16], c.__file__)" 2>&1 || true
 } 2>&1 | tee "$LOGS/env.log"
 "$PY" -m sparsetopk info 2>&1 | tee "$LOGS/info.log"
 
