@@ -3,6 +3,11 @@
 # cluster kernel's phase times, for a few anchor shapes. Run after installing the
 # package (ci/gpu/run_all.sh install). Output under ${OUT:-.gpu/out}/prof.
 #   bash ci/gpu/profile_detail.sh
+#   PROF_STAGES=split bash ci/gpu/profile_detail.sh     (the balanced split only)
+# Stages (PROF_STAGES, default "stalls sass stamps"): stalls / sass of the warp and
+# cluster kernels, the cluster kernel's stamps; split: stall reasons of the
+# balanced split's three kernels at 16 x 1M and the per-SASS-line counters of
+# its sample and final kernels (summed by ci/gpu/sass_top.py).
 set -u
 cd "$(dirname "$0")/../.."
 P=${OUT:-$PWD/.gpu/out}/prof; mkdir -p "$P"
@@ -11,15 +16,32 @@ STALLS=$(for s in barrier long_scoreboard short_scoreboard mio_throttle lg_throt
   not_selected selected no_instruction membar dispatch_stall branch_resolving drain sleeping imc_miss tex_throttle; do
   printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," $s; done)
 M="${STALLS}smsp__inst_executed.sum,gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
-# stall reasons: the warp kernel (4096x4096) and the cluster kernel (64x1M, 16x1M)
-timeout ${PROF_T:-120} ncu --metrics "$M" -k regex:"topk_(warp|cluster)" -c 3 \
-  $PY ci/gpu/profile_kernels.py 4096x4096 64x1048576 > "$P/stalls.txt" 2>&1
-echo "stalls rc=$?"
-# executed instructions per SASS line of the warp kernel (4096x4096)
-timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source --print-source sass --csv \
-  -k regex:topk_warp -c 1 $PY ci/gpu/profile_kernels.py 4096x4096 > "$P/warp_sass.csv" 2>&1
-echo "sass rc=$?"
-for path in stamps stamps,bulk; do
-  SPARSETOPK_NV_PATH=$path timeout 60 $PY ci/gpu/cluster_stamps.py > "$P/stamps-${path/,/_}.txt" 2>&1
-  echo "== $path"; cat "$P/stamps-${path/,/_}.txt"
-done
+stages=${PROF_STAGES:-stalls sass stamps}
+has() { [[ " $stages " == *" $1 "* ]]; }
+if has stalls; then  # stall reasons: the warp kernel (4096x4096) and the cluster kernel (64x1M, 16x1M)
+  timeout ${PROF_T:-120} ncu --metrics "$M" -k regex:"topk_(warp|cluster)" -c 3 \
+    $PY ci/gpu/profile_kernels.py 4096x4096 64x1048576 > "$P/stalls.txt" 2>&1
+  echo "stalls rc=$?"
+fi
+if has sass; then  # executed instructions per SASS line of the warp kernel (4096x4096)
+  timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source --print-source sass --csv \
+    -k regex:topk_warp -c 1 $PY ci/gpu/profile_kernels.py 4096x4096 > "$P/warp_sass.csv" 2>&1
+  echo "sass rc=$?"
+fi
+if has stamps; then
+  for path in stamps stamps,bulk; do
+    SPARSETOPK_NV_PATH=$path timeout 60 $PY ci/gpu/cluster_stamps.py > "$P/stamps-${path/,/_}.txt" 2>&1
+    echo "== $path"; cat "$P/stamps-${path/,/_}.txt"
+  done
+fi
+if has split; then
+  timeout ${PROF_T:-120} ncu --metrics "$M" -k regex:"split_(sample|items|final)" -c 3 \
+    $PY ci/gpu/profile_kernels.py 16x1048576 > "$P/split_stalls.txt" 2>&1
+  echo "split stalls rc=$?"
+  for kern in split_sample split_final; do
+    timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source \
+      --print-source sass --csv -k regex:$kern -c 1 $PY ci/gpu/profile_kernels.py 16x1048576 > "$P/${kern}_sass.csv" 2>&1
+    echo "== $kern (rc=$?)"
+    $PY ci/gpu/sass_top.py "$P/${kern}_sass.csv" 25
+  done
+fi
