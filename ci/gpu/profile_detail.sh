@@ -7,7 +7,7 @@
 # Stages (PROF_STAGES, default "stalls sass stamps"): stalls / sass of the warp and
 # cluster kernels, the cluster kernel's stamps; split: stall reasons of the
 # balanced split's three kernels at 16 x 1M and the per-SASS-line counters of
-# its sample and final kernels (summed by ci/gpu/sass_top.py).
+# each (ranked by ci/gpu/sass_top.py).
 set -u
 cd "$(dirname "$0")/../.."
 P=${OUT:-$PWD/.gpu/out}/prof; mkdir -p "$P"
@@ -38,9 +38,12 @@ if has split; then
   timeout ${PROF_T:-120} ncu --metrics "$M" -k regex:"split_(sample|items|final)" -c 3 \
     $PY ci/gpu/profile_kernels.py 16x1048576 > "$P/split_stalls.txt" 2>&1
   echo "split stalls rc=$?"
-  for kern in split_sample split_final; do
-    timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source \
-      --print-source sass --csv -k regex:$kern -c 1 $PY ci/gpu/profile_kernels.py 16x1048576 > "$P/${kern}_sass.csv" 2>&1
+  # sampling every 2^(5 + PROF_SI) cycles (ncu's auto gave ~150 samples for
+  # these ~25K-cycle kernels: too few to rank lines)
+  for kern in split_sample split_items split_final; do
+    timeout ${PROF_T:-120} ncu --section SourceCounters --warp-sampling-interval ${PROF_SI:-0} --import-source no \
+      --page source --print-source sass --csv -k regex:$kern -c 1 $PY ci/gpu/profile_kernels.py 16x1048576 \
+      > "$P/${kern}_sass.csv" 2>&1
     echo "== $kern (rc=$?)"
     $PY ci/gpu/sass_top.py "$P/${kern}_sass.csv" 25
   done

@@ -691,6 +691,27 @@ __device__ __forceinline__ void sink_vec(const GlobalSrc<T>& src, const uint4& r
   }
 }
 
+// sink_vec for a column that passed the float test (kFloatTest: no forced
+// column, score >= tf > -inf, so never NaN): its canonical score is its own
+// but for -0 (+0), and the key's low word needs only the low 32 bits of the
+// global index, so 32-bit arithmetic gives it. (The general key costs a
+// 64-bit index, the forced test and the NaN map per column: ~50
+// instructions a key in split_items_kernel, where ~half the warp vectors
+// hold a candidate, ncu source counters at 16 x 1M.)
+template <typename T>
+__device__ __forceinline__ void sink_vec_float(const GlobalSrc<T>& src, const uint4& r, uint32_t sel, int64_t c0,
+                                               uint64_t* dst) {
+  const uint32_t sc = uint32_t(src.c.scale), g0 = uint32_t(c0) * sc + uint32_t(src.c.offset);
+  while (sel) {
+    const int i = __ffs(sel) - 1;
+    sel &= sel - 1;
+    uint32_t u = GlobalSrc<T>::vec_f32(r, i);
+    u ^= uint32_t(int32_t(u) >> 31) | stk::kSignBit;  // ordered_u32
+    u = u == stk::kAbsMask ? stk::kSignBit : u;        // ordered -0 -> ordered +0
+    *dst++ = stk::make_key(u, g0 + uint32_t(i) * sc, src.c.tie);
+  }
+}
+
 // Ordered compaction of the keys >= thr of a chunk in global memory (sink(pos,
 // key), pos in index order; returns the count). One block per SM, so the
 // loop must be cheap per column and keep loads in flight:
@@ -829,11 +850,26 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
       // 1M columns): one vote skips the ballot prefix of an empty vector.
       // Off where candidates are dense (sampled rows: ~1 in 40 columns,
       // prefill 1068 -> 1095 us with it on the H200)
-      if (Vote && Test != kTakeAll && !__any_sync(0xffffffffu, m != 0)) continue;
-      int tot;
-      const int ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
-      if (cnt + tot > cap) return -1;  // warp-uniform
-      sink_vec(src, cur[v], m, c0, cnt + ex, put);
+      int tot, ex;
+      if (Test == kFloatTest) {
+        // at most one candidate a lane (nearly always, when candidates are
+        // sparse): one ballot gives the prefix, not one per count bit
+        const uint32_t b = __ballot_sync(0xffffffffu, m != 0);
+        if (Vote && !b) continue;
+        if (!__any_sync(0xffffffffu, (m & (m - 1)) != 0)) {
+          ex = __popc(b & ((1u << lane) - 1u));
+          tot = __popc(b);
+        } else {
+          ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
+        }
+        if (cnt + tot > cap) return -1;  // warp-uniform
+        sink_vec_float(src, cur[v], m, c0, reg + cnt + ex);
+      } else {
+        if (Vote && Test != kTakeAll && !__any_sync(0xffffffffu, m != 0)) continue;
+        ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
+        if (cnt + tot > cap) return -1;  // warp-uniform
+        sink_vec(src, cur[v], m, c0, cnt + ex, put);
+      }
       cnt += tot;
     }
   }
