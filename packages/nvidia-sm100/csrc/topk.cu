@@ -487,13 +487,17 @@ Plan plan_topk(TopkParams& p, int dev) {
     // vs 42.4, 64 x 1M 123.1 vs 121.8; its ~30 us of fixed cost against the
     // cluster's ~11 put the crossover at ~780K columns for 8 and 16 uniform
     // rows (fit to those cells), and 2 rows stay far apart (DSA 1 request +
-    // MTP 30.8 vs 22.3). fp32 only: for 16-bit scores the cluster kernel
-    // skips their shared low bits, and the split measured no gain on ragged
-    // rows (bf16 DSA decode 32 rows 70.7 vs 70.0 us, 64 rows 78.5 vs 82.3)
-    // and a loss on uniform ones (64 x 1M 125 vs 100; before the final
-    // kernel's cut).
-    const bool balanced = opt.balanced != 0 && opt.cluster != 1 && p.dtype == 0 && (C <= 3 || max_n >= 786432) &&
-                          p.rows >= 8 && p.rows <= kSplitMaxRows;
+    // MTP 30.8 vs 22.3). 16-bit scores: only where C <= 3 (the cluster
+    // kernel skips their shared low bits, so the long-row rule does not
+    // hold for them). Since the gather's lean candidate path (twentieth
+    // session; H200, same call, bf16, split vs cluster): DSA decode 32 rows
+    // 44.3 vs 60.2 us (C = 3), 64 rows 53.7 vs 72.2 (C = 2), 8 rows 34.9 vs
+    // 35.8 (C = 9, kept on the cluster); uniform 64 x 1M 90.9 vs 88.9 and
+    // 16 x 1M 45.0 vs 43.2 (C = 6). Before it the split gained nothing on
+    // ragged bf16 rows (32 rows 70.7 vs 70.0).
+    const bool balanced = opt.balanced != 0 && opt.cluster != 1 &&
+                          (p.dtype == 0 ? (C <= 3 || max_n >= 786432) : C <= 3) && p.rows >= 8 &&
+                          p.rows <= kSplitMaxRows;
     const bool pick = opt.cluster == 1 || p.rows < 8 || (C >= 2 && !balanced);
     if (opt.cluster_n > 0) C = opt.cluster_n;
     const int64_t region = (budget - int64_t(cluster_fixed_smem(p.out_cap, C))) / 16 * 16;

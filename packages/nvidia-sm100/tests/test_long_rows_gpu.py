@@ -285,9 +285,12 @@ def test_plan_reports_paths(monkeypatch):
     assert p["pdl"] == (torch.cuda.get_device_capability(0)[0] >= 9)  # programmatic dependent launch on sm_90+
     p = C.plan(64, 1 << 20, 2048, 0)  # C <= 3 would fit: the balanced split (fp32)
     assert p["split"] and p["balanced"] and not p["cluster"]
-    for code in (1, 2):  # 16-bit scores keep the cluster kernel (its shared-bits skip)
-        assert C.plan(64, 1 << 20, 2048, 0, code)["cluster"] >= 2
-        assert C.workspace_bytes(64, 1 << 20, 2048, 0, code) == 0
+    for code in (1, 2):  # 16-bit scores: the balanced split only where C <= 3 would fit
+        p = C.plan(64, 1 << 20, 2048, 0, code)
+        assert p["split"] and p["balanced"] and not p["cluster"]
+        assert C.workspace_bytes(64, 1 << 20, 2048, 0, code) > 0
+        assert C.plan(8, 1 << 20, 2048, 0, code)["cluster"] >= 2  # C = 9 fits: the cluster kernel
+        assert C.workspace_bytes(8, 1 << 20, 2048, 0, code) == 0
     p = C.plan(16, 1 << 20, 2048, 0)  # 8+ rows of 768K+ columns: the balanced split whatever C
     assert p["split"] and p["balanced"] and not p["cluster"]
     assert C.plan(8, 1 << 20, 2048, 0)["balanced"]
