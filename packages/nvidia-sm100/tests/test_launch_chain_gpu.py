@@ -45,6 +45,29 @@ def _chain(x, k1, bufs):
                      backend=NV, out=(idx3, val3))
 
 
+def _runs(chain, inputs, graph, reps=3):
+    """Runs chain(inputs[j]) for each j, reps times over: eagerly, or by
+    replaying one CUDA graph captured per input (after a warm-up call outside
+    the capture: plans, workspaces). Yields (rep, j) once that call is done."""
+    graphs = []
+    if graph:
+        chain(inputs[0])
+        torch.cuda.synchronize()
+        for x in inputs:
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                chain(x)
+            graphs.append(gr)
+    for rep in range(reps):
+        for j, x in enumerate(inputs):
+            if graph:
+                graphs[j].replay()
+            else:
+                chain(x)
+            torch.cuda.synchronize()
+            yield rep, j
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}k{s[2]}")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_consumer_sees_producer_writes(path, shape, graph):
@@ -55,35 +78,22 @@ def test_consumer_sees_producer_writes(path, shape, graph):
     bufs = (torch.empty(rows, k1, dtype=torch.int32, device=dev), torch.empty(rows, k1, device=dev),
             torch.empty(rows, 16, dtype=torch.int32, device=dev), torch.empty(rows, 16, device=dev),
             torch.empty(rows, 32, dtype=torch.int32, device=dev), torch.empty(rows, 32, device=dev))
-    if graph:
-        _chain(xs[0], k1, bufs)  # warm up (plans, workspaces) outside the capture
-        torch.cuda.synchronize()
-        graphs = []
-        for x in xs:
-            gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr):
-                _chain(x, k1, bufs)
-            graphs.append(gr)
-    for rep in range(3):
-        for j, x in enumerate(xs):
-            if graph:
-                graphs[j].replay()
-            else:
-                _chain(x, k1, bufs)
-            torch.cuda.synchronize()
-            idx1, val1, idx2, val2, idx3, val3 = (b.clone() for b in bufs)
-            assert (idx1 >= 0).all() and torch.isfinite(val1).all()
-            want2 = sparsetopk.topk(val1, 16, order="rank", return_values=True, backend="reference")
-            assert torch.equal(idx2, want2.indices), (rep, j)
-            assert torch.equal(val2, want2.values), (rep, j)
-            R = 4
-            want3 = sparsetopk.merge(idx1.view(rows, R, k1 // R), val1.view(rows, R, k1 // R), 32, order="rank",
-                                     backend="reference")
-            assert torch.equal(idx3, want3.indices), (rep, j)
-            assert torch.equal(val3, want3.values), (rep, j)
-            # and the chain as a whole: the top 16 of x, through the producer's list
-            top = torch.topk(x, 16, dim=1).values
-            assert torch.equal(val2, top), (rep, j)
+    for rep, j in _runs(lambda x: _chain(x, k1, bufs), xs, graph):
+        x = xs[j]
+        idx1, val1, idx2, val2, idx3, val3 = (b.clone() for b in bufs)
+        assert (idx1 >= 0).all() and torch.isfinite(val1).all()
+        want2 = sparsetopk.topk(val1, 16, order="rank", return_values=True, backend="reference")
+        assert torch.equal(idx2, want2.indices), (rep, j)
+        assert torch.equal(val2, want2.values), (rep, j)
+        R = 4
+        want3 = sparsetopk.merge(idx1.view(rows, R, k1 // R), val1.view(rows, R, k1 // R), 32, order="rank",
+                                 backend="reference")
+        assert torch.equal(idx3, want3.indices), (rep, j)
+        assert torch.equal(val3, want3.values), (rep, j)
+        # and the chain as a whole: the top 16 of x, through the producer's list
+        top = torch.topk(x, 16, dim=1).values
+        assert torch.equal(val2, top), (rep, j)
+    assert (rep, j) == (2, 1)  # every run was checked
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
@@ -115,23 +125,9 @@ def test_split_reads_lengths_a_call_wrote(path, graph):
         sparsetopk.topk(y, 1, order="rank", backend=NV, out=lens)
         sparsetopk.topk(x, k, lengths=lens.view(rows), order="any", backend=NV, out=out)
 
-    graphs = []
-    if graph:
-        chain(ys[0])
-        torch.cuda.synchronize()
-        for y in ys:
-            gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr):
-                chain(y)
-            graphs.append(gr)
-    for rep in range(3):
-        for j, y in enumerate(ys):
-            if graph:
-                graphs[j].replay()
-            else:
-                chain(y)
-            torch.cuda.synchronize()
-            got_len = lens.view(rows).clone()
-            assert torch.equal(got_len.long(), want_len[j]), (rep, j)
-            want = sparsetopk.topk(x, k, lengths=got_len, order="any", backend="reference").indices
-            assert torch.equal(out.sort(dim=1).values, want.sort(dim=1).values), (rep, j)
+    for rep, j in _runs(chain, ys, graph):
+        got_len = lens.view(rows).clone()
+        assert torch.equal(got_len.long(), want_len[j]), (rep, j)
+        want = sparsetopk.topk(x, k, lengths=got_len, order="any", backend="reference").indices
+        assert torch.equal(out.sort(dim=1).values, want.sort(dim=1).values), (rep, j)
+    assert (rep, j) == (2, 1)  # every run was checked
