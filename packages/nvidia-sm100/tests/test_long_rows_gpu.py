@@ -246,12 +246,13 @@ def test_cuda_graph_long_rows(path):
         assert _same(type(ref)(oi, ov), ref, "any"), f"graph replay {step}"
 
 
-@pytest.mark.parametrize("path", ["balanced", "balanced,no-iearly", "split,no-balanced"], indirect=True)
+@pytest.mark.parametrize("path", ["auto", "balanced", "balanced,no-iearly", "split,no-balanced"], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_balanced_ragged(path, dtype):
     """DSA-decode-shaped calls: ragged rows (log-uniform lengths from 2K to the
     full 256K buffer, plus lengths <= 0, == k and past the buffer) in one call,
-    so the balanced gather gives rows 1 to 64 chunks; misaligned and offset
+    so the balanced gather gives rows 1 to 64 chunks (32 rows: "auto" takes
+    the balanced split for every dtype, the plan's C <= 3 rule); misaligned and offset
     rows by starts; forced columns (the full-key kernel); more rows than one
     block's scan (300); rows of one kind that overflow a warp segment
     (blocky: the final kernel's exact fallback)."""
