@@ -473,6 +473,38 @@ __device__ void find_bin(const uint32_t* hist, int dbits, int kk, BlockScratch& 
   __syncthreads();
 }
 
+// The 22-bit prefix of the m-th largest of a block's 32-bit ordered sample
+// scores (1 <= m <= their count): two 11-bit passes (one when the m-th is
+// the lowest of its first bin), the bins' lower edge, as select_passes<22>
+// gives on the samples' 64-bit keys (whose index bits play no part in the
+// top 22), in 32-bit arithmetic: the samples' passes spent their
+// instructions on 64-bit key shifts and compares (ncu, split sample kernel:
+// 17% of its stalls the math pipe). visit(f) calls f(o) on each of the
+// calling thread's samples; after(pass) runs after each pass (stamps).
+template <class Visit, class After>
+__device__ uint32_t sample_prefix22(Visit visit, int m, uint32_t* hist, BlockScratch& s, After after) {
+  uint32_t prefix = 0;
+  int kk = m;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int shift = pass == 0 ? 21 : 10;
+    for (int i = int(threadIdx.x); i < 2048; i += int(blockDim.x)) hist[i] = 0;
+    __syncthreads();
+    const uint32_t top = prefix >> 21;
+    visit([&](uint32_t o) {
+      if (pass == 0 || (o >> 21) == top) atomicAdd(&hist[(o >> shift) & 2047u], 1u);
+    });
+    __syncthreads();
+    find_bin(hist, 11, kk, s);
+    const int b = s.bin, above = s.above, E = s.count;
+    __syncthreads();  // scratch reused by the next pass
+    kk -= above;
+    prefix |= uint32_t(b) << shift;
+    after(pass);
+    if (E == kk) break;  // the m-th is the lowest of its bin
+  }
+  return prefix;
+}
+
 // Ordered compaction: calls sink(pos, key) for every valid key >= T, pos
 // counting them in source order. Returns the count.
 template <class Src, class Sink>

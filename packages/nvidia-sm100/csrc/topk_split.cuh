@@ -150,34 +150,20 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   mt = max(mt, int64_t(16));
   uint64_t est = 0;  // 0: every key is a candidate
   if (mt < S) {
-    uint64_t prefix = 0;
-    int depth = 0;
-    int kk = int(mt);
-    while (depth < 64) {
-      const int dbits = digit_bits(depth);
-      const int nbins = 1 << dbits;
-      const int shift = 64 - depth - dbits;
-      for (int i = threadIdx.x; i < nbins; i += blockDim.x) hist[i] = 0;
-      __syncthreads();
+    // est: the bin edge of the mt-th sample key's top 22 bits (13 mantissa
+    // bits pinned: est lets through ~1e-4 of a bin more than the mt-th key;
+    // a third pass cost ~1/3 of the select)
+    uint32_t o[kItems];
 #pragma unroll
-      for (int q = 0; q < kItems; ++q) {
-        const bool match = depth == 0 || ((key[q] ^ prefix) >> (64 - depth)) == 0;
-        if (((m >> q) & 1u) && match) atomicAdd(&hist[uint32_t(key[q] >> shift) & (nbins - 1)], 1u);
-      }
-      __syncthreads();
-      find_bin(hist, dbits, kk, s);
-      const int b = s.bin, above = s.above, E = s.count;
-      __syncthreads();
-      kk -= above;
-      prefix |= uint64_t(b) << shift;
-      depth += dbits;
-      STK_CLOCK(8 + depth / 11);  // 9, 10, ...: after each pass (profiling)
-      // the m-th sample key is the lowest of its bin, or its bin is narrow
-      // enough (13 mantissa bits pinned: est, the bin's lower edge, lets
-      // through ~1e-4 of a bin more; a third pass cost ~1/3 of the select)
-      if (E == kk || depth >= 22) break;
-    }
-    est = prefix;
+    for (int q = 0; q < kItems; ++q) o[q] = uint32_t(key[q] >> 32);
+    const uint32_t pre = sample_prefix22(
+        [o, m](auto f) {
+#pragma unroll
+          for (int q = 0; q < kItems; ++q)
+            if ((m >> q) & 1u) f(o[q]);
+        },
+        int(mt), hist, s, [&](int pass) { STK_CLOCK(9 + pass); });  // 9, 10: after each pass (profiling)
+    est = uint64_t(pre) << 32;
   }
   STK_CLOCK(1);
   if (threadIdx.x == 0) {
