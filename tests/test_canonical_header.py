@@ -1,6 +1,7 @@
 """The shared native header shared/include/sparsetopk/canonical.h on the host:
 its branch-free `ordered_canonical_u32` (the kernels' hot loops) equals
-`ordered_u32(canonical_bits(x))` for all 2^32 bit patterns, and the order it
+`ordered_u32(canonical_bits(x))` for all 2^32 bit patterns (and
+`ordered_nonnan_u32` for every pattern that is not NaN), and the order it
 gives agrees with an independent NumPy statement of the SPEC's canonical order
 (NaN last, -0 == +0, float order otherwise). Needs a host C++ compiler."""
 
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
     for (uint64_t b = 0; b <= 0xffffffffull; ++b) {
       const uint32_t x = uint32_t(b);
       bad += ordered_canonical_u32(x) != ordered_u32(canonical_bits(x));
+      const bool nan = (x & kAbsMask) > kPosInfBits;
+      bad += !nan && ordered_nonnan_u32(x) != ordered_u32(canonical_bits(x));
     }
     std::printf("%llu\n", (unsigned long long)bad);
     return bad != 0;

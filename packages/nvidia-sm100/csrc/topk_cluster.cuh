@@ -705,9 +705,7 @@ __device__ __forceinline__ void sink_vec_float(const GlobalSrc<T>& src, const ui
   while (sel) {
     const int i = __ffs(sel) - 1;
     sel &= sel - 1;
-    uint32_t u = GlobalSrc<T>::vec_f32(r, i);
-    u ^= uint32_t(int32_t(u) >> 31) | stk::kSignBit;  // ordered_u32
-    u = u == stk::kAbsMask ? stk::kSignBit : u;        // ordered -0 -> ordered +0
+    const uint32_t u = stk::ordered_nonnan_u32(GlobalSrc<T>::vec_f32(r, i));
     *dst++ = stk::make_key(u, g0 + uint32_t(i) * sc, src.c.tie);
   }
 }

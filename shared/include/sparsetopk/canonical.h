@@ -65,6 +65,14 @@ STK_HD uint32_t ordered_canonical_u32(uint32_t bits) {
   return u == 0x7fffffffu ? kSignBit : u;
 }
 
+// The same for bits known not to be NaN (a score that passed a compare
+// against a threshold above -inf): order, then ordered -0 to ordered +0,
+// without the NaN map. (For NaN bits the result is not the canonical image.)
+STK_HD uint32_t ordered_nonnan_u32(uint32_t bits) {
+  const uint32_t u = bits ^ (uint32_t(int32_t(bits) >> 31) | kSignBit);
+  return u == kAbsMask ? kSignBit : u;
+}
+
 // bfloat16 / float16 widen exactly to float32; callers convert first, then
 // call canonical_bits. These helpers keep the widening in one place.
 STK_HD uint32_t bf16_to_f32_bits(uint16_t h) { return uint32_t(h) << 16; }
