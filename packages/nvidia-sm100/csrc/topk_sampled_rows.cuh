@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
       // bin is 2^-13 of the score wide): two passes, and 16-bit rows' ties
       // at the m-th score no longer run the passes on down the index bits
       // (H200, bf16 prefill causal / packed: 1212 / 910 -> 1147 / 818 us;
-      // fp32 unchanged)
+      // fp32 unchanged). Not sample_prefix22 (the split sample's 32-bit
+      // form): here it measured slower, packed fp32 561 -> 565 us.
       select_passes<22>(ResSrc{smp, S, c, 0}, int(m), st, L.hist, s, nullptr, 0, nullptr, &Tm);
       est = Tm & 0xffffffff00000000ull;  // every column scoring >= the m-th sample score
     }
