@@ -64,6 +64,41 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
   m.def(
+      "split_layout",
+      [](int64_t rows, int64_t width, int k, int dev, int dtype) -> py::object {
+        // Where a split call of this shape keeps each row's state, the chunk
+        // size and the per-chunk candidate counts in its workspace (byte
+        // offsets), so a test can read the estimate's outcome back. None off
+        // the split. Host only: split_ws_offsets is bind_workspace's layout.
+        TopkParams p{};
+        p.rows = rows;
+        p.width = width;
+        p.k = k;
+        p.dtype = dtype;
+        Plan plan = plan_topk(p, dev);
+        if (!plan.split) return py::none();
+        const SplitWsOffsets o = split_ws_offsets(p, plan);
+        size_t sb = 0, so_prefix = 0, so_mode = 0;
+        split_row_state_layout(&sb, &so_prefix, &so_mode);
+        py::dict d;
+        d["bytes"] = split_workspace_bytes(p, plan);
+        d["cand"] = o.cand;
+        d["state"] = o.state;
+        d["state_bytes"] = sb;
+        d["state_prefix"] = so_prefix;
+        d["state_mode"] = so_mode;
+        d["counts"] = o.counts;
+        d["grain"] = o.grain;
+        d["balanced"] = plan.ws.balanced;
+        d["sampled"] = plan.sampled;
+        d["items"] = plan.ws.items;
+        d["region"] = plan.ws.region;
+        d["chunks"] = plan.ws.chunks;
+        d["seg"] = plan.ws.seg;
+        return d;
+      },
+      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
+  m.def(
       "plan",
       [](int64_t rows, int64_t width, int k, int dev, int dtype) -> py::dict {
         TopkParams p{};

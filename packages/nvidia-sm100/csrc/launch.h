@@ -86,7 +86,15 @@ struct MergeParams {
 
 Plan plan_topk(TopkParams& p, int dev);
 size_t split_workspace_bytes(const TopkParams& p, const Plan& plan);
+// byte offsets of the split workspace's parts (bind_workspace's layout)
+struct SplitWsOffsets {
+  size_t cand, hist, state, grain, counts;
+};
+SplitWsOffsets split_ws_offsets(const TopkParams& p, const Plan& plan);
 void bind_workspace(const TopkParams& p, Plan& plan, void* ws);
+// SplitRowState's size and its fields' byte offsets (est / threshold prefix,
+// mode), for tests that read a split call's workspace back
+void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode);
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream);
 void launch_merge(MergeParams p, int dev, uintptr_t stream);
 int merge_max_candidates();

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -596,19 +597,35 @@ size_t split_workspace_bytes(const TopkParams& p, const Plan& plan) {
          rows * split_cand_keys(plan) * 8 + 256;
 }
 
+SplitWsOffsets split_ws_offsets(const TopkParams& p, const Plan& plan) {
+  const size_t rows = size_t(p.rows);
+  SplitWsOffsets o{};
+  size_t off = 0;
+  o.cand = off;
+  off += rows * split_cand_keys(plan) * 8;
+  o.hist = off;
+  off += rows * kMaxBins * 4;
+  o.state = off;
+  off += rows * sizeof(SplitRowState);
+  o.grain = (off + 7) / 8 * 8;  // in the trailing 256 bytes
+  o.counts = o.grain + 8;
+  return o;
+}
+
 void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
   unsigned char* b = static_cast<unsigned char*>(ws);
-  const size_t rows = size_t(p.rows);
-  size_t off = 0;
-  plan.ws.cand = reinterpret_cast<uint64_t*>(b + off);
-  off += rows * split_cand_keys(plan) * 8;
-  plan.ws.hist = reinterpret_cast<uint32_t*>(b + off);
-  off += rows * kMaxBins * 4;
-  plan.ws.state = b + off;
-  off += rows * sizeof(SplitRowState);
-  plan.ws.grain_out = reinterpret_cast<int64_t*>(b + (off + 7) / 8 * 8);  // in the trailing 256 bytes
-  off = (off + 7) / 8 * 8 + 8;
-  plan.ws.counts = reinterpret_cast<int*>(b + off);
+  const SplitWsOffsets o = split_ws_offsets(p, plan);
+  plan.ws.cand = reinterpret_cast<uint64_t*>(b + o.cand);
+  plan.ws.hist = reinterpret_cast<uint32_t*>(b + o.hist);
+  plan.ws.state = b + o.state;
+  plan.ws.grain_out = reinterpret_cast<int64_t*>(b + o.grain);
+  plan.ws.counts = reinterpret_cast<int*>(b + o.counts);
+}
+
+void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode) {
+  *bytes = sizeof(SplitRowState);
+  *prefix = offsetof(SplitRowState, prefix);
+  *mode = offsetof(SplitRowState, mode);
 }
 
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream) {

@@ -145,7 +145,7 @@ class NvidiaSm100Backend(Backend):
             len_scalar = 0
         st_mode, st_ptr, st_stride = _index_mode(call.starts)
         ws_bytes = C.workspace_bytes(rows, width, call.k, dev_idx, _DTYPE_CODE[s.dtype]) if rows else 0
-        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=dev) if ws_bytes else None
+        ws = self._workspace(ws_bytes, dev) if ws_bytes else None
         stream = torch.cuda.current_stream(dev).cuda_stream
         C.topk(
             scores=s.data_ptr(),
@@ -180,6 +180,13 @@ class NvidiaSm100Backend(Backend):
             indices.copy_(out_i)
         if tmp_v:
             values.copy_(out_v)
+
+    @staticmethod
+    def _workspace(nbytes: int, device: torch.device) -> torch.Tensor:
+        # The split path's scratch (the caching allocator: no sync). One seam,
+        # so a test can keep the buffer and read the estimate's outcome back
+        # (packages/nvidia-sm100/tests/test_split_estimate_gpu.py).
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
     # ----------------------------------------------------------------- merge
     def merge(self, call: MergeCall, indices: torch.Tensor, values: torch.Tensor) -> None:
