@@ -636,28 +636,86 @@ __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, cons
   cluster_clock(stamps, 8);
 }
 
-// The fast test on one 16-byte vector of raw elements (columns c0..): the
-// bits of mask whose key is >= thr, where tf is the threshold's score as a
-// float (above -inf) and no column is forced. x >= tf decides (one compare per
-// column), except on the threshold's own score (rare: only in lanes that
-// passed some column), where the full key does.
+// The fast test's threshold, prepared once per gather: thr, its score tf as
+// a float (above -inf), and for 16-bit scores th2, the smallest 16-bit value
+// >= tf in both halves of a word (a 16-bit x has x >= tf iff x >= th, so two
+// columns take one packed compare). `ties`: a column scoring exactly tf can
+// still have a key below thr. Not so when thr's low word is 0 (the sampled
+// estimates and bin prefixes: every key of score tf is >= thr), nor, for
+// 16-bit scores, when tf is no 16-bit value.
 template <typename T>
-__device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, float tf, uint64_t thr,
-                                               const RowCtx& c, int64_t c0) {
+struct VecThr {
+  uint64_t thr;
+  float tf;
+  uint32_t th2;
+  bool ties;
+  __device__ __forceinline__ explicit VecThr(uint64_t t) : thr(t) {
+    tf = __uint_as_float(stk::unordered_u32(uint32_t(t >> 32)));
+    ties = uint32_t(t) != 0u;
+    th2 = 0;
+    if constexpr (sizeof(typename Scalar<T>::raw) == 2) {
+      uint16_t h;
+      if constexpr (std::is_same_v<T, bf16_tag>) h = __bfloat16_as_ushort(__float2bfloat16_ru(tf));
+      else h = __half_as_ushort(__float2half_ru(tf));
+      th2 = uint32_t(h) * 0x10001u;
+      ties = ties && __uint_as_float(Scalar<T>::f32(h)) == tf;
+    }
+  }
+};
+
+// Bit i set iff column i of a 16-byte vector of 16-bit scores compares true
+// against both halves of th2 (set.ge / set.eq: NaN never; -0 == +0): one
+// packed compare per two columns, the per-half masks (0xffff / 0) gathered
+// into bytes by two byte permutes, then into bits by one multiply (the bytes
+// hold disjoint bits, so their sum carries nothing).
+template <typename T, bool Eq>
+__device__ __forceinline__ uint32_t vec_cmp16(const uint4& r, uint32_t th2) {
+  uint32_t m[4];
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if constexpr (std::is_same_v<T, bf16_tag>) {
+      if constexpr (Eq) asm("set.eq.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+      else asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+    } else {
+      if constexpr (Eq) asm("set.eq.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+      else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+    }
+  }
+  const uint32_t a = __byte_perm(m[0], m[1], 0x6420), b = __byte_perm(m[2], m[3], 0x6420);  // byte i: column i, i + 4
+  return (((a & 0x08040201u) | (b & 0x80402010u)) * 0x01010101u) >> 24;
+}
+
+// The fast test on one 16-byte vector of raw elements (columns c0..): the
+// bits of mask whose key is >= thr, no column forced. x >= tf decides (one
+// compare per column; 16-bit: per two), except on the threshold's own score
+// when t.ties (only in lanes that passed some column), where the full key
+// does.
+template <typename T>
+__device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, const VecThr<T>& t, const RowCtx& c,
+                                               int64_t c0) {
   constexpr int NV = GlobalSrc<T>::kVec;
   uint32_t ge = 0;
+  if constexpr (NV == 4) {
 #pragma unroll
-  for (int i = 0; i < NV; ++i) ge |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) >= tf) << i;
+    for (int i = 0; i < NV; ++i) ge |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) >= t.tf) << i;
+  } else {
+    ge = vec_cmp16<T, false>(r, t.th2);
+  }
   ge &= mask;
-  if (ge) {
+  if (t.ties && ge) {
     uint32_t eq = 0;
+    if constexpr (NV == 4) {
 #pragma unroll
-    for (int i = 0; i < NV; ++i) eq |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) == tf) << i;
+      for (int i = 0; i < NV; ++i) eq |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) == t.tf) << i;
+    } else {
+      eq = vec_cmp16<T, true>(r, t.th2);
+    }
     eq &= ge;
     while (eq) {
       const int i = __ffs(eq) - 1;
       eq &= eq - 1;
-      if (c.key_of_ord(uint32_t(thr >> 32), c0 + i) < thr) ge &= ~(1u << i);
+      if (c.key_of_ord(uint32_t(t.thr >> 32), c0 + i) < t.thr) ge &= ~(1u << i);
     }
   }
   return ge;
@@ -733,8 +791,7 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t WS = int64_t(V) * 32 * NV;  // a warp's columns per step
   const int64_t step = WS * (blockDim.x >> 5);
-  const uint32_t thi = uint32_t(thr >> 32);
-  const float tf = __uint_as_float(stk::unordered_u32(thi));
+  const VecThr<T> vt(thr);
   int base = 0;
   uint4 nxt[V];
   uint32_t nm[V];
@@ -756,7 +813,7 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
     int excl[V];        // ... of lanes below this one in vector v
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      sel[v] = vec_select<T>(cur[v], sel[v], tf, thr, src.c, tb + w * WS + (v * 32 + lane) * NV);
+      sel[v] = vec_select<T>(cur[v], sel[v], vt, src.c, tb + w * WS + (v * 32 + lane) * NV);
       int tot;
       excl[v] = run + warp_excl_small<NV == 4 ? 3 : 4>(__popc(sel[v]), &tot);
       run += tot;
@@ -793,7 +850,7 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
                                                 uint64_t* reg, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
   const int lane = int(threadIdx.x) & 31;
-  const float tf = __uint_as_float(stk::unordered_u32(uint32_t(thr >> 32)));
+  const VecThr<T> vt(thr);
   const int64_t f = src.first();
   const int64_t wlo = (src.j0 - f + NV - 1) / NV, whi = min(v1, (src.j1 - f) / NV);
   const uint4* const vbase = reinterpret_cast<const uint4*>(src.base + f) + lane;
@@ -835,7 +892,7 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
       uint32_t m = sel[v];
       if (m && Test != kTakeAll) {
         if (Test == kFloatTest) {
-          m = vec_select<T>(cur[v], m, tf, thr, src.c, c0);
+          m = vec_select<T>(cur[v], m, vt, src.c, c0);
         } else {
           uint32_t ge = 0;
 #pragma unroll
@@ -956,8 +1013,7 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   GlobalSrc<T> part;
   part.init(src.base, lo, A, src.c);
   int base = compact_pass(part, thr, s, sink);
-  const uint32_t thi = uint32_t(thr >> 32);
-  const float tf = __uint_as_float(stk::unordered_u32(thi));
+  const VecThr<T> vt(thr);
   const int64_t bytes = (B - A) * int64_t(sizeof(raw));
   const int ntiles = int((bytes + kStage - 1) / kStage);
   const unsigned char* g = reinterpret_cast<const unsigned char*>(src.base + A);
@@ -984,7 +1040,7 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
         cur[q] = make_uint4(0, 0, 0, 0);
         if (vi < nvec) {
           cur[q] = tv[vi];
-          sel[q] = vec_select<T>(cur[q], (1u << NV) - 1u, tf, thr, src.c, c0 + int64_t(vi) * NV);
+          sel[q] = vec_select<T>(cur[q], (1u << NV) - 1u, vt, src.c, c0 + int64_t(vi) * NV);
         }
         cnt += __popc(sel[q]);
       }

@@ -12,8 +12,11 @@
 // used for histogram counts, whose sums do not depend on their order.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "sparsetopk/canonical.h"
 
