@@ -101,13 +101,13 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   // each warp streams its own span (no block barriers), else (a warp's
   // region overflowed, forcing, threshold at -inf, block-gather) the
   // block-synchronous gather
-  constexpr int V = sizeof(raw) == 4 ? 2 : 1;
+  constexpr int V = 2;
   int got = cap + 1;
   if (p.warp_gather && fast_test_ok(c, est)) {
     // (H200, fp32 prefill causal / packed, sample groups and 22-bit select
     // on: 1152 / 648 us without the prefetch, 1109 / 629 at PF = 2, 1 to 4
     // alike, 8 and 16 slower; 2 KB ahead per warp: PF = 4 at V = 1)
-    got = gather_warps<V, true, sizeof(raw) == 4 ? 2 : 4, false>(gsrc, est, s, L.cand, cap);
+    got = gather_warps<V, true, 2, false>(gsrc, est, s, L.cand, cap);
   }
   if (got > cap)
     got = gather_wide<V>(gsrc, est, s, [&](int pos, uint64_t key) {
