@@ -15,11 +15,12 @@ namespace stk_nv {
 // else (bad estimate, skewed or tied rows) the exact streamed select runs on
 // the row. Only the speed depends on the estimate.
 // Three blocks per SM (80 registers). The warp gather keeps V vectors per
-// lane in flight and prefetches PF steps ahead into L2: fp32 V = 2, PF = 2;
-// 16-bit V = 1, PF = 4 (at V = 2 the 16-bit kernels spill). Measured on the
-// H200: fp32 causal 128K prefill 3 blocks 1202 us, 2 blocks 1315 (with 8192
-// sample columns); bf16 prefill causal / packed 1131 / 806 us at 2 blocks
-// (V = 4, no prefetch), 1007 / 669 at 3 blocks (V = 1, PF = 4).
+// lane in flight and prefetches PF steps ahead into L2: V = 2, PF = 2 for
+// every dtype. Measured on the H200: fp32 causal 128K prefill 3 blocks 1202
+// us, 2 blocks 1315 (with 8192 sample columns); bf16 prefill causal / packed
+// 1131 / 806 us at 2 blocks (V = 4, no prefetch), 1007 / 669 at 3 blocks
+// (V = 1, PF = 4: V = 2 spilled then), 825 / 617 -> 794 / 612 from V = 1,
+// PF = 4 to V = 2, PF = 2 once the packed 16-bit test made room.
 // The sample's tiles come in groups of kSampleSpan adjacent ones (64 columns
 // at fp32: 256 bytes), 64 groups per run spread over the row: fewer DRAM
 // pages opened than one 32-byte tile every ~1 KB. Measured on the H200
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   if (p.warp_gather && fast_test_ok(c, est)) {
     // (H200, fp32 prefill causal / packed, sample groups and 22-bit select
     // on: 1152 / 648 us without the prefetch, 1109 / 629 at PF = 2, 1 to 4
-    // alike, 8 and 16 slower; 2 KB ahead per warp: PF = 4 at V = 1)
+    // alike, 8 and 16 slower; 2 KB ahead per warp)
     got = gather_warps<V, true, 2, false>(gsrc, est, s, L.cand, cap);
   }
   if (got > cap)
