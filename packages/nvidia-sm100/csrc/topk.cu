@@ -495,7 +495,10 @@ Plan plan_topk(TopkParams& p, int dev) {
     // 44.3 vs 60.2 us (C = 3), 64 rows 53.7 vs 72.2 (C = 2), 8 rows 34.9 vs
     // 35.8 (C = 9, kept on the cluster); uniform 64 x 1M 90.9 vs 88.9 and
     // 16 x 1M 45.0 vs 43.2 (C = 6). Before it the split gained nothing on
-    // ragged bf16 rows (32 rows 70.7 vs 70.0).
+    // ragged bf16 rows (32 rows 70.7 vs 70.0). Rechecked after the packed
+    // 16-bit test (twenty-second session, bf16, split vs cluster): 8 x 1M
+    // 35.3 vs 34.1 (C = 9), 16 x 1M 40.2 vs 38.7 (C = 6), 16 x 768K 38.6
+    // vs 34.8, DSA 8 rows 32.8 vs 32.9: the rule stands.
     const bool balanced = opt.balanced != 0 && opt.cluster != 1 &&
                           (p.dtype == 0 ? (C <= 3 || max_n >= 786432) : C <= 3) && p.rows >= 8 &&
                           p.rows <= kSplitMaxRows;
