@@ -636,89 +636,61 @@ __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, cons
   cluster_clock(stamps, 8);
 }
 
-// The fast test's threshold, prepared once per gather: thr, its score tf as
-// a float (above -inf), and for 16-bit scores th2, the smallest 16-bit value
-// >= tf in both halves of a word (a 16-bit x has x >= tf iff x >= th, so two
-// columns take one packed compare). `ties`: a column scoring exactly tf can
-// still have a key below thr. Not so when thr's low word is 0 (the sampled
-// estimates and bin prefixes: every key of score tf is >= thr), nor, for
-// 16-bit scores, when tf is no 16-bit value.
+// The fast test's threshold, prepared once per gather from thr, a score
+// prefix (low word 0: a sampled estimate or a bin edge; fast_test_ok), so a
+// column's key is >= thr iff its score is >= tf, thr's score as a float
+// (above -inf): no key of score tf can fall below thr, and no tie needs its
+// key. 16-bit scores: th2 holds th, the smallest 16-bit value >= tf, in both
+// halves of a word (a 16-bit x has x >= tf iff x >= th), so two columns take
+// one packed compare.
 template <typename T>
 struct VecThr {
-  uint64_t thr;
   float tf;
   uint32_t th2;
-  bool ties;
-  __device__ __forceinline__ explicit VecThr(uint64_t t) : thr(t) {
-    tf = __uint_as_float(stk::unordered_u32(uint32_t(t >> 32)));
-    ties = uint32_t(t) != 0u;
+  __device__ __forceinline__ explicit VecThr(uint64_t thr) {
+    tf = __uint_as_float(stk::unordered_u32(uint32_t(thr >> 32)));
     th2 = 0;
     if constexpr (sizeof(typename Scalar<T>::raw) == 2) {
       uint16_t h;
       if constexpr (std::is_same_v<T, bf16_tag>) h = __bfloat16_as_ushort(__float2bfloat16_ru(tf));
       else h = __half_as_ushort(__float2half_ru(tf));
       th2 = uint32_t(h) * 0x10001u;
-      ties = ties && __uint_as_float(Scalar<T>::f32(h)) == tf;
     }
   }
 };
 
-// Bit i set iff column i of a 16-byte vector of 16-bit scores compares true
-// against both halves of th2 (set.ge / set.eq: NaN never; -0 == +0): one
+// Bit i set iff column i of a 16-byte vector of 16-bit scores is >= both
+// halves of th2 (set.ge: NaN never; -0 >= +0): one
 // packed compare per two columns, the per-half masks (0xffff / 0) gathered
 // into bytes by two byte permutes, then into bits by one multiply (the bytes
 // hold disjoint bits, so their sum carries nothing).
-template <typename T, bool Eq>
-__device__ __forceinline__ uint32_t vec_cmp16(const uint4& r, uint32_t th2) {
+template <typename T>
+__device__ __forceinline__ uint32_t vec_ge16(const uint4& r, uint32_t th2) {
   uint32_t m[4];
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    if constexpr (std::is_same_v<T, bf16_tag>) {
-      if constexpr (Eq) asm("set.eq.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-      else asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-    } else {
-      if constexpr (Eq) asm("set.eq.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-      else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-    }
+    if constexpr (std::is_same_v<T, bf16_tag>) asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+    else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
   }
   const uint32_t a = __byte_perm(m[0], m[1], 0x6420), b = __byte_perm(m[2], m[3], 0x6420);  // byte i: column i, i + 4
   return (((a & 0x08040201u) | (b & 0x80402010u)) * 0x01010101u) >> 24;
 }
 
-// The fast test on one 16-byte vector of raw elements (columns c0..): the
-// bits of mask whose key is >= thr, no column forced. x >= tf decides (one
-// compare per column; 16-bit: per two), except on the threshold's own score
-// when t.ties (only in lanes that passed some column), where the full key
-// does.
+// The fast test on one 16-byte vector of raw elements: the bits of mask
+// whose key is >= thr (VecThr: a score prefix), no column forced: x >= tf
+// decides, one compare per column (16-bit: per two).
 template <typename T>
-__device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, const VecThr<T>& t, const RowCtx& c,
-                                               int64_t c0) {
+__device__ __forceinline__ uint32_t vec_select(const uint4& r, uint32_t mask, const VecThr<T>& t) {
   constexpr int NV = GlobalSrc<T>::kVec;
   uint32_t ge = 0;
   if constexpr (NV == 4) {
 #pragma unroll
     for (int i = 0; i < NV; ++i) ge |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) >= t.tf) << i;
   } else {
-    ge = vec_cmp16<T, false>(r, t.th2);
+    ge = vec_ge16<T>(r, t.th2);
   }
-  ge &= mask;
-  if (t.ties && ge) {
-    uint32_t eq = 0;
-    if constexpr (NV == 4) {
-#pragma unroll
-      for (int i = 0; i < NV; ++i) eq |= uint32_t(__uint_as_float(GlobalSrc<T>::vec_f32(r, i)) == t.tf) << i;
-    } else {
-      eq = vec_cmp16<T, true>(r, t.th2);
-    }
-    eq &= ge;
-    while (eq) {
-      const int i = __ffs(eq) - 1;
-      eq &= eq - 1;
-      if (c.key_of_ord(uint32_t(t.thr >> 32), c0 + i) < t.thr) ge &= ~(1u << i);
-    }
-  }
-  return ge;
+  return ge & mask;
 }
 
 // Exclusive prefix over the warp's lanes of a small count (0 <= cnt < 2^B),
@@ -813,7 +785,7 @@ __device__ int gather_fast(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
     int excl[V];        // ... of lanes below this one in vector v
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      sel[v] = vec_select<T>(cur[v], sel[v], vt, src.c, tb + w * WS + (v * 32 + lane) * NV);
+      sel[v] = vec_select<T>(cur[v], sel[v], vt);
       int tot;
       excl[v] = run + warp_excl_small<NV == 4 ? 3 : 4>(__popc(sel[v]), &tot);
       run += tot;
@@ -892,7 +864,7 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
       uint32_t m = sel[v];
       if (m && Test != kTakeAll) {
         if (Test == kFloatTest) {
-          m = vec_select<T>(cur[v], m, vt, src.c, c0);
+          m = vec_select<T>(cur[v], m, vt);
         } else {
           uint32_t ge = 0;
 #pragma unroll
@@ -1040,7 +1012,7 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
         cur[q] = make_uint4(0, 0, 0, 0);
         if (vi < nvec) {
           cur[q] = tv[vi];
-          sel[q] = vec_select<T>(cur[q], (1u << NV) - 1u, vt, src.c, c0 + int64_t(vi) * NV);
+          sel[q] = vec_select<T>(cur[q], (1u << NV) - 1u, vt);
         }
         cnt += __popc(sel[q]);
       }
@@ -1063,9 +1035,11 @@ __device__ int gather_bulk(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
   return base + compact_pass(part, thr, s, [&](int pos, uint64_t key) { sink(base + pos, key); });
 }
 
-// The fast test applies: no forced columns, threshold score above -inf.
+// The fast test applies: no forced columns, threshold score above -inf, and
+// thr a score prefix (low word 0: every estimate and bin edge the gathers
+// take), so that a score compare alone decides (VecThr).
 __device__ __forceinline__ bool fast_test_ok(const RowCtx& c, uint64_t thr) {
-  return c.force_begin <= 0 && c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf;
+  return c.force_begin <= 0 && c.force_end <= 0 && uint32_t(thr >> 32) > stk::kOrderedNegInf && uint32_t(thr) == 0u;
 }
 
 template <int V, typename T, class Sink>

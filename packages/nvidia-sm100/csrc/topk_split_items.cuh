@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 3) split_items_kernel(TopkPa
       got = warp_span_gather<V, kKeyTest, 0, true>(src, 0, nvec, thr, reg, cap);
     else if (thr == 0)  // the sample took every key (short row)
       got = warp_span_gather<V, kTakeAll, 0, true>(src, 0, nvec, thr, reg, cap);
-    else if (uint32_t(thr >> 32) > stk::kOrderedNegInf)
+    else if (fast_test_ok(c, thr))  // (est is a score prefix above -inf: the float test)
       got = warp_span_gather<V, kFloatTest, 0, true>(src, 0, nvec, thr, reg, cap);
     else  // est among -inf / NaN scores (rows of mostly those): the final kernel's exact select
       got = -1;
