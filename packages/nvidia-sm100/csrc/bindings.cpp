@@ -44,6 +44,17 @@ static TopkParams make_params(uintptr_t scores, int64_t row_stride, int64_t rows
   return p;
 }
 
+// The parameters of a call of this shape (no data): what the plan and the
+// workspace layout depend on, for the host-only queries below.
+static TopkParams shape_params(int64_t rows, int64_t width, int k, int dtype) {
+  TopkParams p{};
+  p.rows = rows;
+  p.width = width;
+  p.k = k;
+  p.dtype = dtype;
+  return p;
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "sparsetopk nvidia-sm100 CUDA kernels";
   m.def("cluster_stamps", []() {
@@ -54,11 +65,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "workspace_bytes",
       [](int64_t rows, int64_t width, int k, int dev, int dtype) -> size_t {
-        TopkParams p{};
-        p.rows = rows;
-        p.width = width;
-        p.k = k;
-        p.dtype = dtype;
+        TopkParams p = shape_params(rows, width, k, dtype);
         Plan plan = plan_topk(p, dev);
         return plan.split ? split_workspace_bytes(p, plan) : 0;
       },
@@ -70,11 +77,7 @@ PYBIND11_MODULE(_C, m) {
         // size and the per-chunk candidate counts in its workspace (byte
         // offsets), so a test can read the estimate's outcome back. None off
         // the split. Host only: split_ws_offsets is bind_workspace's layout.
-        TopkParams p{};
-        p.rows = rows;
-        p.width = width;
-        p.k = k;
-        p.dtype = dtype;
+        TopkParams p = shape_params(rows, width, k, dtype);
         Plan plan = plan_topk(p, dev);
         if (!plan.split) return py::none();
         const SplitWsOffsets o = split_ws_offsets(p, plan);
@@ -101,11 +104,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "plan",
       [](int64_t rows, int64_t width, int k, int dev, int dtype) -> py::dict {
-        TopkParams p{};
-        p.rows = rows;
-        p.width = width;
-        p.k = k;
-        p.dtype = dtype;
+        TopkParams p = shape_params(rows, width, k, dtype);
         Plan plan = plan_topk(p, dev);
         py::dict d;
         d["split"] = plan.split;

@@ -32,24 +32,14 @@ import zlib
 
 import pytest
 import torch
+from nv_usable import usable
 
 import sparsetopk
 
 BK = "nvidia-sm100"
 
 
-def _usable():
-    if not torch.cuda.is_available():
-        return False
-    try:
-        from sparsetopk import registry
-
-        return bool(registry.availability(BK))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
+pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",

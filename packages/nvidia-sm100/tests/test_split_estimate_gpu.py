@@ -25,6 +25,7 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from nv_usable import usable
 
 import sparsetopk
 
@@ -34,18 +35,7 @@ ITEMS = 8  # columns per thread item: chunk sizes are multiples of it (chunk_ran
 _CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
-def _usable():
-    if not torch.cuda.is_available():
-        return False
-    try:
-        from sparsetopk import registry
-
-        return bool(registry.availability(BK))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
+pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and the nvidia-sm100 backend")
 
 
 def _ordered(x: torch.Tensor) -> np.ndarray:
