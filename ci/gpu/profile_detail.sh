@@ -7,7 +7,8 @@
 # Stages (PROF_STAGES, default "stalls sass stamps"): stalls / sass of the warp and
 # cluster kernels, the cluster kernel's stamps; split: stall reasons of the
 # balanced split's three kernels at 16 x 1M and the per-SASS-line counters of
-# each (ranked by ci/gpu/sass_top.py).
+# each (ranked by ci/gpu/sass_top.py); prefill: the same for the sampled-rows
+# kernel on the prefill causal cell (PROF_DTYPES, default fp32 and bf16).
 set -u
 cd "$(dirname "$0")/../.."
 P=${OUT:-$PWD/.gpu/out}/prof; mkdir -p "$P"
@@ -32,6 +33,16 @@ if has stamps; then
   for path in stamps stamps,bulk; do
     SPARSETOPK_NV_PATH=$path timeout 60 $PY ci/gpu/cluster_stamps.py > "$P/stamps-${path/,/_}.txt" 2>&1
     echo "== $path"; cat "$P/stamps-${path/,/_}.txt"
+  done
+fi
+if has prefill; then  # stall reasons and per-SASS-line counters of the sampled-rows kernel (prefill causal)
+  for dt in ${PROF_DTYPES:-float32 bfloat16}; do
+    PROF_DTYPE=$dt timeout ${PROF_T:-120} ncu --metrics "$M,smsp__issue_active.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active" -k regex:sampled_rows -c 1 \
+      $PY ci/gpu/prefill_profile.py > "$P/prefill_stalls_$dt.txt" 2>&1
+    echo "prefill stalls $dt rc=$?"
+    PROF_DTYPE=$dt timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source --print-source sass \
+      --csv -k regex:sampled_rows -c 1 $PY ci/gpu/prefill_profile.py > "$P/prefill_sass_$dt.csv" 2>&1
+    echo "prefill sass $dt rc=$?"
   done
 fi
 if has split; then
