@@ -34,9 +34,10 @@ struct TopkParams {
   int cluster_finish;  // cluster kernel: cluster_finish once the bin is small (off: SPARSETOPK_NV_PATH=no-finish)
   int cluster_mbar;    // cluster kernel: histogram exchange by st.async + mbarrier (off: SPARSETOPK_NV_PATH=find-barrier)
   int rank_spread;     // cluster kernel: rank order sorted by every block (off: SPARSETOPK_NV_PATH=rank-block0)
-  int sample_runs;     // sampled-rows kernel: sample runs of 8 columns per thread (1..4)
+  int sample_runs;     // sampled-rows kernel: sample runs of 8 columns per thread, at most (1..4)
   int cluster_span;    // cluster kernel: sample runs in groups of this many adjacent ones (1: all apart)
   int stamp_block;     // stamps: the block whose phases are recorded (default 0)
+  int sample_fixed;    // sampled-rows kernel: every row takes sample_runs runs (else one per started 64K columns, at most sample_runs)
 };
 
 struct SplitWs {

@@ -312,7 +312,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   sampled-rows  rows that are not split take the sampled-rows kernel
 //                 (sample -> estimate -> one-read gather, 256 threads)
 //   no-sampled-rows  ... never (the one-block rows kernel instead)
-//   sruns=N       sampled rows: N sample runs of 8 columns per thread (1..4)
+//   sruns=N       sampled rows: at most N sample runs of 8 columns per
+//                 thread (1..4, default 2; one per started 64K columns)
+//   sruns-fixed   sampled rows: every row takes N runs
 //   no-cspan      the cluster kernel's sample takes its runs of 8 columns one
 //                 apart (default: in groups of 8 adjacent runs)
 //   stampblock=N  the one-block kernels' clock stamps (STK_CLOCK, slots 16..,
@@ -349,7 +351,8 @@ struct PathOpts {
   bool cluster_mbar = true;
   bool rank_spread = true;
   int sampled_rows = -1;  // -1 auto, 0 never, 1 always (rows not split)
-  int sample_runs = 2;    // sampled rows: sample runs of 8 columns per thread
+  int sample_runs = 2;    // sampled rows: sample runs of 8 columns per thread, at most
+  bool sample_fixed = false;  // sampled rows: every row takes sample_runs runs
   bool cluster_span = true;
   int stamp_block = 0;
   bool pdl = true;
@@ -398,6 +401,7 @@ static PathOpts path_opts() {
     else if (t == "rank-block0") o.rank_spread = false;
     else if (t == "sampled-rows") o.sampled_rows = 1;
     else if (const int n = int_token(t, "sruns", 4); n > 0) o.sample_runs = n;
+    else if (t == "sruns-fixed") o.sample_fixed = true;
     else if (t == "no-sampled-rows") o.sampled_rows = 0;
     else if (t == "no-cspan") o.cluster_span = false;
     else if (t == "no-pdl") o.pdl = false;
@@ -412,7 +416,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -433,6 +437,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.online = opt.online ? 1 : 0;
   p.stamps = opt.stamps ? 1 : 0;
   p.stamp_block = opt.stamp_block;
+  p.sample_fixed = opt.sample_fixed ? 1 : 0;
   p.cluster_span = opt.cluster_span ? 8 : 1;
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;
@@ -555,7 +560,8 @@ Plan plan_topk(TopkParams& p, int dev) {
     // rows keep the rows kernel below 64K columns (1024 x 32K: 208 vs 174).
     // Automatic only where that was measured and the estimate fits the
     // buffer: the sample's floor of 16 keys expects 16 n / S candidates
-    // (S = 4096), which outgrows 2.75 k for small k or rows past 256K.
+    // (S = 2048 columns a started 64K, 4096 at most), which outgrows 2.75 k
+    // for small k or rows past 256K.
     p.res_cap = 0;
     p.cand_cap = int(std::max<int64_t>(1024, (11 * int64_t(k) / 4 + 7) / 8 * 8));
     plan.sampled_rows = true;

@@ -729,9 +729,9 @@ __device__ __forceinline__ void sink_vec(const GlobalSrc<T>& src, const uint4& r
 // instructions a key in split_items_kernel, where ~half the warp vectors
 // hold a candidate, ncu source counters at 16 x 1M.)
 template <typename T>
-__device__ __forceinline__ void sink_vec_float(const GlobalSrc<T>& src, const uint4& r, uint32_t sel, int64_t c0,
+__device__ __forceinline__ void sink_vec_float(const GlobalSrc<T>& src, const uint4& r, uint32_t sel, uint32_t c0,
                                                uint64_t* dst) {
-  const uint32_t sc = uint32_t(src.c.scale), g0 = uint32_t(c0) * sc + uint32_t(src.c.offset);
+  const uint32_t sc = uint32_t(src.c.scale), g0 = c0 * sc + uint32_t(src.c.offset);
   while (sel) {
     const int i = __ffs(sel) - 1;
     sel &= sel - 1;
@@ -821,67 +821,61 @@ template <int V, SpanTest Test, int PF, bool Vote, typename T>
 __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t v0, int64_t v1, uint64_t thr,
                                                 uint64_t* reg, int cap) {
   constexpr int NV = GlobalSrc<T>::kVec;
+  constexpr int SV = 32 * V;  // vectors per warp step
   const int lane = int(threadIdx.x) & 31;
+  if (v0 >= v1) return 0;
   const VecThr<T> vt(thr);
   const int64_t f = src.first();
   const int64_t wlo = (src.j0 - f + NV - 1) / NV, whi = min(v1, (src.j1 - f) / NV);
-  const uint4* const vbase = reinterpret_cast<const uint4*>(src.base + f) + lane;
-  uint4 nxt[V];
-  uint32_t nm[V];
-  auto load_step = [&](int64_t vb) {
-    if (src.vec && vb >= wlo && vb + 32 * V <= whi) {
+  // Steps are counted in 32 bits (s: vectors v0 + s SV ..): steps [s_lo,
+  // s_hi) lie wholly inside the valid columns and load unchecked; those
+  // below s_pf also prefetch PF steps ahead. (The 64-bit bounds compares and
+  // the cur = nxt register copies were ~1/6 of the loop's instructions at the
+  // prefill cell, ncu source counters.)
+  const int nsteps = int((v1 - v0 + SV - 1) / SV);
+  auto steps_below = [&](int64_t lim) { return lim - v0 >= SV ? int((lim - v0 - SV) / SV) + 1 : 0; };
+  const int s_lo = src.vec ? (wlo > v0 ? int((wlo - v0 + SV - 1) / SV) : 0) : nsteps;
+  const int s_hi = src.vec ? steps_below(whi) : 0;
+  const int s_pf = PF > 0 ? steps_below(whi - int64_t(PF) * SV) : 0;
+  const uint4* const vp = reinterpret_cast<const uint4*>(src.base + f) + v0 + lane;
+  const uint32_t cb = uint32_t(f + (v0 + lane) * NV);  // low word of the lane's first column
+  auto load_step = [&](int s, uint4 (&r)[V], uint32_t (&nm)[V]) {
+    if (s >= s_lo && s < s_hi) {
+      const uint4* q = vp + s * SV;
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        nxt[v] = __ldg(vbase + vb + v * 32);
+        r[v] = __ldg(q + v * 32);
         nm[v] = (1u << NV) - 1u;
       }
-      if (PF > 0 && vb + (PF + 1) * 32 * V <= whi)
+      if (PF > 0 && s < s_pf)
 #pragma unroll
-        for (int v = 0; v < V; ++v) asm volatile("prefetch.global.L2 [%0];" ::"l"(vbase + vb + (PF * V + v) * 32));
+        for (int v = 0; v < V; ++v) asm volatile("prefetch.global.L2 [%0];" ::"l"(q + PF * SV + v * 32));
       return;
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t vi = vb + v * 32 + lane;
-      nm[v] = vi < v1 ? src.load_vec(f + vi * NV, nxt[v]) : 0u;  // past the span: another warp's
+      const int64_t vi = v0 + int64_t(s) * SV + v * 32 + lane;
+      nm[v] = vi < v1 ? src.load_vec(f + vi * NV, r[v]) : 0u;  // past the span: another warp's
     }
   };
   auto put = [&](int pos, uint64_t key) { reg[pos] = key; };
   int cnt = 0;
-  if (v0 < v1) load_step(v0);
-  for (int64_t vb = v0; vb < v1; vb += 32 * V) {
-    uint4 cur[V];
-    uint32_t sel[V];
+  // the step's vectors: false if the keys would pass cap (warp-uniform)
+  auto body = [&](int s, const uint4 (&cur)[V], const uint32_t (&sel)[V]) -> bool {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      sel[v] = nm[v];
-      cur[v] = nxt[v];
-    }
-    if (vb + 32 * V < v1) load_step(vb + 32 * V);
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int64_t c0 = f + (vb + v * 32 + lane) * NV;
       uint32_t m = sel[v];
-      if (m && Test != kTakeAll) {
-        if (Test == kFloatTest) {
-          m = vec_select<T>(cur[v], m, vt);
-        } else {
-          uint32_t ge = 0;
-#pragma unroll
-          for (int i = 0; i < NV; ++i)
-            if (((m >> i) & 1u) && src.key1(c0 + i, GlobalSrc<T>::vec_f32(cur[v], i)) >= thr) ge |= 1u << i;
-          m = ge;
-        }
-      }
-      // Vote: sparse candidates (the split's ~2.5 k = ~5K in 1M columns at
-      // k = 2048 leave about half the warp vectors empty, ncu at 16 x 1M):
-      // one vote skips the prefix and sink of an empty vector. Off where
-      // candidates are dense (sampled rows: ~1 in 40 columns, prefill
-      // 1068 -> 1095 us with it on the H200)
       int tot, ex;
       if (Test == kFloatTest) {
-        // at most one candidate a lane (nearly always, when candidates are
-        // sparse): one ballot gives the prefix, not one per count bit
+        // (no branch on m: vec_select masks, and a vector past the span has m = 0)
+        m = vec_select<T>(cur[v], m, vt);
+        // Vote: sparse candidates (the split's ~2.5 k = ~5K in 1M columns at
+        // k = 2048 leave about half the warp vectors empty, ncu at 16 x 1M):
+        // one vote skips the prefix and sink of an empty vector. Off where
+        // candidates are dense (sampled rows: ~1 in 40 columns, prefill
+        // 1068 -> 1095 us with it on the H200)
+        // At most one candidate a lane (nearly always, when candidates are
+        // sparse): one ballot gives the prefix, not one per count bit.
         const uint32_t b = __ballot_sync(0xffffffffu, m != 0);
         if (Vote && !b) continue;
         if (!__any_sync(0xffffffffu, (m & (m - 1)) != 0)) {
@@ -890,16 +884,37 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
         } else {
           ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
         }
-        if (cnt + tot > cap) return -1;  // warp-uniform
-        sink_vec_float(src, cur[v], m, c0, reg + cnt + ex);
+        if (cnt + tot > cap) return false;
+        sink_vec_float(src, cur[v], m, cb + uint32_t(s) * uint32_t(SV * NV) + uint32_t(v * 32 * NV), reg + cnt + ex);
       } else {
+        const int64_t c0 = f + (v0 + int64_t(s) * SV + v * 32 + lane) * NV;
+        if (m && Test != kTakeAll) {
+          uint32_t ge = 0;
+#pragma unroll
+          for (int i = 0; i < NV; ++i)
+            if (((m >> i) & 1u) && src.key1(c0 + i, GlobalSrc<T>::vec_f32(cur[v], i)) >= thr) ge |= 1u << i;
+          m = ge;
+        }
         if (Vote && Test != kTakeAll && !__any_sync(0xffffffffu, m != 0)) continue;
         ex = warp_excl_small<NV == 4 ? 3 : 4>(__popc(m), &tot);
-        if (cnt + tot > cap) return -1;  // warp-uniform
+        if (cnt + tot > cap) return false;
         sink_vec(src, cur[v], m, c0, cnt + ex, put);
       }
       cnt += tot;
     }
+    return true;
+  };
+  // two register sets in turn (no copies): the next step's loads are issued
+  // before this step's vectors are tested
+  uint4 ra[V], rb[V];
+  uint32_t ma[V], mb[V];
+  load_step(0, ra, ma);
+  for (int s = 0; s < nsteps; s += 2) {
+    if (s + 1 < nsteps) load_step(s + 1, rb, mb);
+    if (!body(s, ra, ma)) return -1;
+    if (s + 1 >= nsteps) break;
+    if (s + 2 < nsteps) load_step(s + 2, ra, ma);
+    if (!body(s + 1, rb, mb)) return -1;
   }
   return cnt;
 }

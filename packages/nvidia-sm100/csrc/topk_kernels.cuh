@@ -215,8 +215,12 @@ struct GlobalSrc {
     r = make_uint4(w[0], w[1], w[2], w[3]);
     return mask;
   }
+  // (int arithmetic: with size_t the word index was a 64-bit compare chain
+  // in every candidate's sink, ~10 SASS instructions)
   static __device__ __forceinline__ uint32_t vec_f32(const uint4& r, int i) {
-    const uint32_t w = (i * sizeof(raw) / 4) == 0 ? r.x : (i * sizeof(raw) / 4) == 1 ? r.y : (i * sizeof(raw) / 4) == 2 ? r.z : r.w;
+    const int q = i * int(sizeof(raw)) / 4;
+    const uint32_t lo = (q & 1) ? r.y : r.x, hi = (q & 1) ? r.w : r.z;
+    const uint32_t w = (q & 2) ? hi : lo;
     return Scalar<T>::f32(raw(sizeof(raw) == 4 ? w : (w >> (16 * (i & 1))) & 0xffffu));
   }
   // The ordered canonical scores of positions gs..gs+7 (forcing applied; 0

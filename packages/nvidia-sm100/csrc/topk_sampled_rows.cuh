@@ -27,6 +27,28 @@ namespace stk_nv {
 // (same call, fp32 prefill causal / packed): 1082 / 626 us one tile apart,
 // 1061 / 608 in groups of 8, 1058 / 606 in groups of 32.
 constexpr int kSampleSpan = 8;
+constexpr int kMaxSampleRuns = 4;
+
+// The first column of sample tile t of `runs` (a multiple of kSampleSpan),
+// spread over a row of `tiles` aligned tiles from f.
+__device__ __forceinline__ int64_t sample_col(int64_t f, int64_t tiles, int runs, int t) {
+  const int grp = t / kSampleSpan;
+  return f + kItems * (tiles > runs ? (int64_t(grp) * tiles) / (runs / kSampleSpan) + (t - grp * kSampleSpan)
+                                    : int64_t(t));
+}
+
+// Sample tiles of a row of n columns: one run (a tile per thread) per
+// started 64K columns, p.sample_runs at most (p.sample_fixed: always
+// p.sample_runs). A run at 64K columns puts m ~ 100 sample scores above
+// est, like two at 128K: an estimate as tight (fallback odds ~3e-6 for
+// i.i.d. rows, binomial tails) at half the sample's loads and select (H200,
+// fp32 prefill packed 64K+32K+16K+16K: 540 -> 520 us; causal 128K rows keep
+// two runs).
+__device__ __forceinline__ int sample_tiles(const TopkParams& p, int64_t n) {
+  int r = min(kMaxSampleRuns, p.sample_runs);
+  if (!p.sample_fixed) r = min(r, int(max(int64_t(1), (n + 65535) >> 16)));
+  return int(blockDim.x) * min(r, p.cand_cap / (4 * int(blockDim.x)));
+}
 
 template <typename T>
 __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p) {
@@ -50,14 +72,15 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   const int cap = p.cand_cap;
   uint64_t est = 0;  // 0: every key is a candidate (rows that fit the buffer)
   if (n > cap) {
-    // sample: sruns (default 2) tiles of 8 columns per thread, spread evenly
-    // over the row's aligned tile grid, all loads issued before any is used
-    // (measured on the H200, causal 128K prefill: 4 runs 1202 us, 2 runs
-    // 1075, 1 run 1032; 2 keeps the estimate's spread small: ~1e-4 of N(0,1)
-    // rows expected to take the fallback)
+    // sample: sample_tiles() tiles of 8 columns (1 or 2 per thread by
+    // default), spread evenly over the row's aligned tile grid, all loads
+    // issued before any is used (measured on the H200, causal 128K prefill:
+    // 4 runs 1202 us, 2 runs 1075, 1 run 1032; 2 at 128K keeps the
+    // estimate's spread small: binomial tails put ~4e-6 of i.i.d. rows on
+    // the fallback, 6e-4 with one run)
     uint32_t* smp = reinterpret_cast<uint32_t*>(L.cand);  // 2 cap scores fit
-    constexpr int kRuns = 4;
-    const int runs = int(blockDim.x) * min(min(kRuns, p.sample_runs), cap / (4 * int(blockDim.x)));
+    constexpr int kRuns = kMaxSampleRuns;
+    const int runs = sample_tiles(p, n);
     const int64_t f = gsrc.first();
     const int64_t tiles = (gsrc.end() - f + kItems - 1) / kItems;
     const int used = int(min(tiles, int64_t(runs)));
@@ -68,9 +91,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
 #pragma unroll
       for (int q = 0; q < kRuns; ++q) {
         const int t = q * int(blockDim.x) + int(threadIdx.x);
-        const int grp = t / kSampleSpan;
-        gs[q] = f + kItems * (tiles > runs ? (int64_t(grp) * tiles) / (runs / kSampleSpan) + (t - grp * kSampleSpan)
-                                           : int64_t(t));
+        gs[q] = sample_col(f, tiles, runs, t);
         mask[q] = t < used ? gsrc.load_bits(gs[q], bits[q]) : 0u;
       }
 #pragma unroll

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and th
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
-         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "cluster=3,no-cspan", "split,no-pdl",
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
          "split,no-balanced", "split,no-cspan"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
@@ -310,7 +310,7 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(4096, 131072, 2048, 0)["online"] and not C.plan(4096, 131072, 2048, 0)["sampled_rows"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows")
     assert C.plan(4, 5000, 16, 0)["sampled_rows"]
-    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,sruns=4,stampblock=7,no-cspan,no-pdl,cluster=7")
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,sruns=4,sruns-fixed,stampblock=7,no-cspan,no-pdl,cluster=7")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 7
     assert not C.plan(3, 5000, 16, 0)["pdl"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "split,legacy-split")
