@@ -27,7 +27,10 @@
 #
 # Environment knobs: OUT, PY (python), TUNE_BUDGET_S (default 75), BENCH_BUDGET_S (default 180),
 # TUNE_ARGS / BENCH_ARGS (extra arguments, e.g. "--scenario anchor,decode"), BENCH_CHECK=0 to
-# skip comparing each backend's answer with the reference backend's.
+# skip comparing each backend's answer with the reference backend's, BENCH_EXPECT_SHA (the first
+# 16 hex digits of the nvidia-sm100 _C the run must time: stop before timing if the installed one
+# differs), BENCH_TGZ (a path: pack repo/ and logs/ into that tarball at the end and remove them;
+# the device tool returns only a few files, not deep trees).
 set -u
 
 PY=${PY:-python}
@@ -56,6 +59,10 @@ say "environment"
   "$PY" -c "import hashlib, sparsetopk_nvidia_sm100._C as c; print('nvidia-sm100 _C sha256', hashlib.sha256(open(c.__file__, 'rb').read()).hexdigest()[:16], c.__file__)" 2>&1 || true
 } 2>&1 | tee "$LOGS/env.log"
 "$PY" -m sparsetopk info 2>&1 | tee "$LOGS/info.log"
+if [ -n "${BENCH_EXPECT_SHA:-}" ] && ! grep -q "nvidia-sm100 _C sha256 ${BENCH_EXPECT_SHA:0:16}" "$LOGS/env.log"; then
+  echo "installed nvidia-sm100 _C is not ${BENCH_EXPECT_SHA} (see $LOGS/env.log): not timing another build"
+  exit 1
+fi
 
 SLUG=$("$PY" -c "import torch; from sparsetopk import registry, tuning; d = torch.device('cuda' if torch.cuda.is_available() else 'cpu'); print(tuning.device_slug(registry.device_name(d)))" 2>>"$LOGS/env.log")
 if [ -z "$SLUG" ]; then
@@ -111,4 +118,7 @@ fi
 
 say "done (status $status); files:"
 find "$OUT/repo" -type f | sort | tee -a "$LOGS/steps.log"
+if [ -n "${BENCH_TGZ:-}" ]; then
+  tar czf "$BENCH_TGZ" -C "$OUT" repo logs && rm -rf "$OUT/repo" "$OUT/logs"
+fi
 exit $status
