@@ -45,6 +45,8 @@ with tempfile.TemporaryDirectory() as d:
                           text=True, check=True).stdout
 for f in sass.split("Function : ")[1:]:
     name = f.split("\n")[0].strip()
+    if not any(k.split("<")[0] in name for k in args.kernels):
+        continue  # a non-template kernel of the headers
     ins = [(int(m.group(1), 16), m.group(2).strip())
            for m in (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", ln) for ln in f.split("\n")) if m]
     print(f"{name}: {len(ins)} instructions")

@@ -79,23 +79,22 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
     // estimate's spread small: binomial tails put ~4e-6 of i.i.d. rows on
     // the fallback, 6e-4 with one run)
     uint32_t* smp = reinterpret_cast<uint32_t*>(L.cand);  // 2 cap scores fit
-    constexpr int kRuns = kMaxSampleRuns;
     const int runs = sample_tiles(p, n);
     const int64_t f = gsrc.first();
     const int64_t tiles = (gsrc.end() - f + kItems - 1) / kItems;
     const int used = int(min(tiles, int64_t(runs)));
     const int S = used * kItems;
     {
-      uint32_t bits[kRuns][kItems], mask[kRuns];
-      int64_t gs[kRuns];
+      uint32_t bits[kMaxSampleRuns][kItems], mask[kMaxSampleRuns];
+      int64_t gs[kMaxSampleRuns];
 #pragma unroll
-      for (int q = 0; q < kRuns; ++q) {
+      for (int q = 0; q < kMaxSampleRuns; ++q) {
         const int t = q * int(blockDim.x) + int(threadIdx.x);
         gs[q] = sample_col(f, tiles, runs, t);
         mask[q] = t < used ? gsrc.load_bits(gs[q], bits[q]) : 0u;
       }
 #pragma unroll
-      for (int q = 0; q < kRuns; ++q) {
+      for (int q = 0; q < kMaxSampleRuns; ++q) {
         const int t = q * int(blockDim.x) + int(threadIdx.x);
 #pragma unroll
         for (int i = 0; i < kItems; ++i)
