@@ -7,6 +7,7 @@ prefetches, votes). Compare two source trees by running it on each.
 
     python ci/gpu/quick_sass.py                          # topk_sampled_rows_kernel<float>
     python ci/gpu/quick_sass.py --root /tmp/wt "topk_sampled_rows_kernel<bf16_tag>"
+    python ci/gpu/quick_sass.py "split_items_kernel<float, false>(TopkParams, SplitWs)"
 
 Needs nvcc and cuobjdump + nvdisasm (CUOBJDUMP / PATH; `pip download
 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` gives both, notes/nvidia-sm100.md).
@@ -27,7 +28,9 @@ lines = open(os.path.join(csrc, "topk.cu")).read().split("\n")
 last = max(i for i, ln in enumerate(lines) if re.match(r'#include "(topk_|merge)', ln))
 with tempfile.TemporaryDirectory() as d:
     src, cub = os.path.join(d, "one.cu"), os.path.join(d, "one.cubin")
-    inst = "\n".join(f"template __global__ void {k}(TopkParams);" for k in args.kernels)
+    # a kernel named without its parameters takes (TopkParams); give them otherwise,
+    # e.g. "split_items_kernel<float, false>(TopkParams, SplitWs)"
+    inst = "\n".join(f"template __global__ void {k if '(' in k else k + '(TopkParams)'};" for k in args.kernels)
     open(src, "w").write("\n".join(lines[: last + 1]) + f"\nnamespace stk_nv {{\n{inst}\n}}\n")
     cmd = ["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-gencode", "arch=compute_90a,code=sm_90a",
            f"-I{csrc}", f"-I{os.path.join(args.root, 'shared', 'include')}", "-Xptxas", "-v", "-cubin", src, "-o", cub]

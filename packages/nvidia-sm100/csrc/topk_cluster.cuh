@@ -839,9 +839,13 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
   const int s_pf = PF > 0 ? steps_below(whi - int64_t(PF) * SV) : 0;
   const uint4* const vp = reinterpret_cast<const uint4*>(src.base + f) + v0 + lane;
   const uint32_t cb = uint32_t(f + (v0 + lane) * NV);  // low word of the lane's first column
-  auto load_step = [&](int s, uint4 (&r)[V], uint32_t (&nm)[V]) {
-    if (s >= s_lo && s < s_hi) {
-      const uint4* q = vp + s * SV;
+  const uint32_t s_span = uint32_t(max(s_hi - s_lo, 0));
+  // q: the lane's first vector of step s (a pointer the loop advances, not
+  // rebuilt from s: that and the checked path's 64-bit column, which the
+  // compiler computed ahead of the fast path's branch, were ~15 instructions
+  // a step, SASS).
+  auto load_step = [&](int s, const uint4* q, uint4 (&r)[V], uint32_t (&nm)[V]) {
+    if (uint32_t(s - s_lo) < s_span) {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         r[v] = __ldg(q + v * 32);
@@ -852,9 +856,12 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
         for (int v = 0; v < V; ++v) asm volatile("prefetch.global.L2 [%0];" ::"l"(q + PF * SV + v * 32));
       return;
     }
+    int so;  // s, opaque: else its 64-bit column math is hoisted above the fast path's branch
+    asm volatile("mov.b32 %0, %1;" : "=r"(so) : "r"(s));
+    const int64_t vq = v0 + lane + int64_t(so) * SV;  // the lane's vector index of step s
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int64_t vi = v0 + int64_t(s) * SV + v * 32 + lane;
+      const int64_t vi = vq + v * 32;
       nm[v] = vi < v1 ? src.load_vec(f + vi * NV, r[v]) : 0u;  // past the span: another warp's
     }
   };
@@ -908,12 +915,13 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
   // before this step's vectors are tested
   uint4 ra[V], rb[V];
   uint32_t ma[V], mb[V];
-  load_step(0, ra, ma);
-  for (int s = 0; s < nsteps; s += 2) {
-    if (s + 1 < nsteps) load_step(s + 1, rb, mb);
+  const uint4* q = vp;  // step s's vectors
+  load_step(0, q, ra, ma);
+  for (int s = 0; s < nsteps; s += 2, q += 2 * SV) {
+    if (s + 1 < nsteps) load_step(s + 1, q + SV, rb, mb);
     if (!body(s, ra, ma)) return -1;
     if (s + 1 >= nsteps) break;
-    if (s + 2 < nsteps) load_step(s + 2, ra, ma);
+    if (s + 2 < nsteps) load_step(s + 2, q + 2 * SV, ra, ma);
     if (!body(s + 1, rb, mb)) return -1;
   }
   return cnt;
