@@ -81,8 +81,8 @@ PYBIND11_MODULE(_C, m) {
         Plan plan = plan_topk(p, dev);
         if (!plan.split) return py::none();
         const SplitWsOffsets o = split_ws_offsets(p, plan);
-        size_t sb = 0, so_prefix = 0, so_mode = 0;
-        split_row_state_layout(&sb, &so_prefix, &so_mode);
+        size_t sb = 0, so_prefix = 0, so_mode = 0, so_hsh = 0;
+        split_row_state_layout(&sb, &so_prefix, &so_mode, &so_hsh);
         py::dict d;
         d["bytes"] = split_workspace_bytes(p, plan);
         d["cand"] = o.cand;
@@ -90,6 +90,8 @@ PYBIND11_MODULE(_C, m) {
         d["state_bytes"] = sb;
         d["state_prefix"] = so_prefix;
         d["state_mode"] = so_mode;
+        d["state_hsh"] = so_hsh;
+        d["chist"] = plan.ws.chist;
         d["counts"] = o.counts;
         d["grain"] = o.grain;
         d["balanced"] = plan.ws.balanced;

@@ -57,6 +57,7 @@ struct SplitWs {
   int64_t grain;
   int64_t* grain_out;  // G, from the gather kernel to the final kernel
   bool early;  // row tables before the launch wait (split_items_kernel)
+  bool chist;  // sampled split: the final kernel bins its candidates (SplitRowState::hsh)
 };
 
 struct Plan {
@@ -94,8 +95,9 @@ struct SplitWsOffsets {
 SplitWsOffsets split_ws_offsets(const TopkParams& p, const Plan& plan);
 void bind_workspace(const TopkParams& p, Plan& plan, void* ws);
 // SplitRowState's size and its fields' byte offsets (est / threshold prefix,
-// mode), for tests that read a split call's workspace back
-void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode);
+// mode, candidate-histogram shift), for tests that read a split call's
+// workspace back
+void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh);
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream);
 void launch_merge(MergeParams p, int dev, uintptr_t stream);
 int merge_max_candidates();

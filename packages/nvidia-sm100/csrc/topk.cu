@@ -333,6 +333,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 (split_gather_kernel), and the plan keeps the cluster kernel
 //   no-iearly     the balanced gather builds its row tables after its launch
 //                 wait (default: before it, beside the sample kernel)
+//   no-chist      the sampled split's final kernel finds the k-th candidate
+//                 by radix passes over the candidates (default: from counts
+//                 of their bins taken while it copies them, cand_kth_binned)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -359,6 +362,7 @@ struct PathOpts {
   bool tile = true;
   int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
   bool items_early = true;  // balanced gather: row tables before the launch wait
+  bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -409,6 +413,7 @@ static PathOpts path_opts() {
     else if (t == "balanced") o.balanced = o.split = 1;  // the balanced split, forced
     else if (t == "no-balanced") o.balanced = 0;
     else if (t == "no-iearly") o.items_early = false;
+    else if (t == "no-chist") o.chist = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -416,7 +421,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-chist, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -539,6 +544,7 @@ Plan plan_topk(TopkParams& p, int dev) {
     // grid of the blocks that are resident at once; a row's region holds
     // 2 cand_cap keys (~6x the expected ~2.5 k candidates, spread evenly over
     // its chunks: at 512 chunks 64 each, ~10 expected)
+    plan.ws.chist = plan.sampled && opt.chist;
     plan.ws.balanced = plan.sampled && opt.balanced != 0 && p.rows <= kSplitMaxRows;
     if (plan.ws.balanced) {
       plan.ws.items = kSplitMaxChunks;
@@ -631,10 +637,11 @@ void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
   plan.ws.counts = reinterpret_cast<int*>(b + o.counts);
 }
 
-void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode) {
+void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh) {
   *bytes = sizeof(SplitRowState);
   *prefix = offsetof(SplitRowState, prefix);
   *mode = offsetof(SplitRowState, mode);
+  *hsh = offsetof(SplitRowState, hsh);
 }
 
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream) {

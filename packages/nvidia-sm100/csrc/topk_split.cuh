@@ -23,8 +23,22 @@ namespace stk_nv {
 struct SplitRowState {
   unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
   int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
-  int pad;
+  int hsh;   // mode 4: 0, or 1 + the candidate histogram's bin shift (split_cand_bin)
 };
+
+// The final kernel's candidate bins (SplitWs::chist): bin of a candidate
+// whose top 32 key bits are o >= lo (lo: est's top 32 bits), in kMaxBins
+// bins of 2^sh scores each from lo, the last one open above. The sample
+// kernel picks sh so that the bins span twice the distance from lo to its
+// largest sample, which lies far above the row's k-th key when the sample
+// holds a few keys above it (n / S <~ k / 3); a k-th key in the open bin, or
+// in a bin of more than kBinListCap keys (ties), sends the final kernel to
+// its radix select (exact either way).
+__device__ __forceinline__ uint32_t split_cand_bin(uint32_t o, uint32_t lo, int sh) {
+  return min((o - lo) >> sh, uint32_t(kMaxBins - 1));
+}
+
+constexpr int kBinListCap = 1024;  // keys of the k-th key's bin cand_kth_binned ranks, at most
 
 constexpr int kSplitWarps = 8;       // warps per block of split_items_kernel (topk_split_items.cuh)
 constexpr int kSplitMaxRows = 512;   // rows the balanced split takes (its per-block row table)
@@ -108,6 +122,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   STK_CLOCK(0);
   __shared__ uint32_t hist[kMaxBins];
   __shared__ BlockScratch s;
+  __shared__ uint32_t smax;  // the largest sample's top 32 key bits
   const int64_t r = blockIdx.x;
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
@@ -117,6 +132,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
     if (threadIdx.x == 0) rs->mode = 0;
     return;
   }
+  if (threadIdx.x == 0) smax = 0;  // (ordered by the select's barriers)
   using raw = typename Scalar<T>::raw;
   const raw* base = row_scores<T>(p, r, g);
   const int64_t runs = blockDim.x;
@@ -149,6 +165,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   int64_t mt = (5 * int64_t(p.k) * S + 2 * n - 1) / (2 * n);
   mt = max(mt, int64_t(16));
   uint64_t est = 0;  // 0: every key is a candidate
+  int hsh = 0;       // SplitRowState::hsh
   if (mt < S) {
     // est: the bin edge of the mt-th sample key's top 22 bits (13 mantissa
     // bits pinned: est lets through ~1e-4 of a bin more than the mt-th key;
@@ -164,11 +181,24 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
         },
         int(mt), hist, s, [&](int pass) { STK_CLOCK(9 + pass); });  // 9, 10: after each pass (profiling)
     est = uint64_t(pre) << 32;
+    // the final kernel's candidate bins: their span from the largest sample
+    if (ws.chist) {
+      uint32_t mx = 0;
+#pragma unroll
+      for (int q = 0; q < kItems; ++q)
+        if ((m >> q) & 1u) mx = max(mx, o[q]);
+      mx = __reduce_max_sync(0xffffffffu, mx);
+      if ((threadIdx.x & 31) == 0) atomicMax(&smax, mx);
+      __syncthreads();
+      const uint64_t span = 2 * uint64_t(smax - pre) + 1;
+      hsh = 1 + max(0, (64 - __clzll(span)) - 11);
+    }
   }
   STK_CLOCK(1);
   if (threadIdx.x == 0) {
     rs->prefix = est;
     rs->mode = 4;
+    rs->hsh = hsh;
   }
 }
 
@@ -217,8 +247,11 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
 // a time so that their searches and loads overlap. (ncu, 64 x 1M: an out-of-
 // line copy with a search loop per candidate, its shared loads through
 // generic addresses, held a third of the final kernel's stall samples.)
+// bins (shared, cleared; null: none): each candidate also counts in its bin
+// (split_cand_bin by lo, sh).
 __device__ __forceinline__ void split_copy_segments(const int* off, const uint64_t* seg0, int cap, int ncand,
-                                                    uint64_t* dst, uint32_t* range) {
+                                                    uint64_t* dst, uint32_t* range, uint32_t* bins, uint32_t blo,
+                                                    int bsh) {
   constexpr int U = 4;
   const int nt = int(blockDim.x);
   uint32_t lo = ~0u, hi = 0;
@@ -248,6 +281,7 @@ __device__ __forceinline__ void split_copy_segments(const int* off, const uint64
         dst[e0 + u * nt] = v[u];
         lo = min(lo, uint32_t(v[u] >> 32));
         hi = max(hi, uint32_t(v[u] >> 32));
+        if (bins) atomicAdd(bins + split_cand_bin(uint32_t(v[u] >> 32), blo, bsh), 1u);
       }
     }
   }
@@ -290,6 +324,41 @@ __device__ uint64_t cand_select(const uint64_t* cand, int n, uint32_t hmin, uint
     depth += dbits;
     if (E == kk) return prefix;  // the k-th key is the lowest of its bin (always so at depth 64)
   }
+}
+
+// The k-th largest of the n distinct candidates from their bins' counts
+// (split_copy_segments): bin b holds the k-th key, A keys lie above it and E
+// in it; the kk = k - A th largest of bin b's keys is found by ranking them
+// (collected in blist, shared, room for lcap keys). One find_bin and
+// a pass over the keys instead of cand_select's two or three radix passes
+// (each a clear, a count and a find_bin). Returns false (nothing decided)
+// if the k-th key lies in the open top bin or among more than lcap.
+__device__ bool cand_kth_binned(const uint64_t* cand, int n, const uint32_t* bins, uint32_t lo, int sh, int k,
+                                uint64_t* blist, int lcap, int* nb, BlockScratch& s, uint64_t* kth) {
+  if (threadIdx.x == 0) {
+    s.bin = -1;
+    *nb = 0;
+  }
+  __syncthreads();
+  find_bin(bins, 11, k, s);
+  const int b = s.bin, kk = k - s.above, E = s.count;
+  if (b < 0 || b >= kMaxBins - 1 || E > lcap) return false;
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
+    const uint64_t key = cand[i];
+    if (int(split_cand_bin(uint32_t(key >> 32), lo, sh)) == b) {
+      const int q = atomicAdd(nb, 1);
+      if (q < E) blist[q] = key;
+    }
+  }
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < E; i += int(blockDim.x)) {  // keys are distinct: one has rank kk - 1
+    const uint64_t x = blist[i];
+    int rk = 0;
+    for (int q = 0; q < E; ++q) rk += blist[q] > x;
+    if (rk == kk - 1) *kth = x;
+  }
+  __syncthreads();
+  return true;
 }
 
 // Writes the keys >= T among cand[0, n) (keff of them) as finish() does: in
@@ -361,6 +430,8 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   __shared__ uint32_t range[2];  // the least and largest score bits of the candidates
+  __shared__ int nbin;           // cand_kth_binned: keys of the k-th key's bin collected
+  __shared__ uint64_t kth;       // ... the k-th key
   const int64_t r = blockIdx.x;
   const int t = int(threadIdx.x);
   // loads that do not depend on the row's length, issued beside it (one
@@ -368,6 +439,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   // t's count (read for t < items, used for t < nseg)
   const SplitRowState* rsp = reinterpret_cast<const SplitRowState*>(ws.state) + r;
   const int mode = rsp->mode;
+  const int hsh = rsp->hsh;
   const int64_t grain = ws.balanced ? *ws.grain_out : 0;
   const int items = ws.balanced ? ws.items : ws.chunks;
   const int ct_t = t < items ? ws.counts[r * int64_t(items) + t] : 0;
@@ -394,7 +466,13 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
   // segment j starts at seg0 + j * cap (the chunked layout: cap = ws.seg)
   const uint64_t* const seg0 = ws.cand + r * (ws.balanced ? int64_t(ws.region) : int64_t(ws.chunks) * ws.seg);
   // segment offsets: one thread per segment (nseg <= kSplitMaxChunks <= blockDim), one block scan
-  int* off = reinterpret_cast<int*>(L.hist);  // (the select clears it before use)
+  int* off = L.rankbuf;  // (finish_small / finish_cand reuse it after the copy)
+  // the candidates' bins (SplitRowState::hsh; L.hist, cleared here, counted
+  // by the copy, read by cand_kth_binned)
+  const bool binned = ws.chist && mode == 4 && hsh > 0;
+  const uint32_t blo = uint32_t(rsp->prefix >> 32);
+  if (binned)
+    for (int i = t; i < kMaxBins; i += int(blockDim.x)) L.hist[i] = 0;
   int ncand = 0;
   STK_CLOCK(4);
   if (ok) {
@@ -420,16 +498,22 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     return;
   }
   STK_CLOCK(5);
-  split_copy_segments(off, seg0, cap, ncand, L.cand, range);
+  split_copy_segments(off, seg0, cap, ncand, L.cand, range, binned ? L.hist : nullptr, blo, hsh - 1);
   __syncthreads();
   STK_CLOCK(6);
   if (ncand <= int(blockDim.x)) {
     finish_small(L.cand, ncand, p.k, p.order, out, L.rankbuf);
     return;
   }
-  // from scratch among the candidates (mode 4: the keys >= est; mode 2: those
-  // >= the threshold bin's lower edge, at least k of them)
-  const uint64_t Tk = cand_select(L.cand, ncand, range[0], range[1], p.k, L.hist, s);
+  // from the bins' counts, else from scratch among the candidates (mode 4:
+  // the keys >= est; mode 2: those >= the threshold bin's lower edge, at
+  // least k of them); blist: outbuf, free until finish_cand
+  uint64_t Tk;
+  if (!(binned && cand_kth_binned(L.cand, ncand, L.hist, blo, hsh - 1, p.k, L.outbuf, min(kBinListCap, p.out_cap),
+                                  &nbin, s, &kth)))
+    Tk = cand_select(L.cand, ncand, range[0], range[1], p.k, L.hist, s);
+  else
+    Tk = kth;
   STK_CLOCK(7);
   finish_cand(L.cand, ncand, Tk, p.k, p.order, out, L.outbuf, L.rankbuf);
   STK_CLOCK(8);

@@ -12,7 +12,17 @@ and holds them to the data, computed here in torch from the scores:
 - the number of the row's keys >= est lies in [k, 4k] (about 2.5 k expected:
   the estimate is good enough that the fast path, not the fallback, runs);
 - every chunk's count is the number of keys >= est in that chunk's columns,
-  within the chunk's capacity, and the keys stored are exactly those keys.
+  within the chunk's capacity, and the keys stored are exactly those keys;
+- the row's bin shift (by which the final kernel bins those keys as it
+  copies them, and finds the k-th one from the bins' counts instead of radix
+  passes over the keys) puts the k-th key below the open top bin, in a bin
+  of at most 1024 keys, so that select runs (``balanced,no-chist``: shift 0).
+
+``test_cand_hist_regimes`` builds rows for each branch of that select (the
+k-th key in a bin of a few keys, in a bin of ~900 tied scores, in the open
+top bin above the sample, in a bin of more tied keys than it ranks),
+asserts from the workspace's est and shift that each row lands where it was
+meant to, and holds the outputs of every order to the reference.
 
 Skipped without a usable CUDA device.
 """
@@ -60,13 +70,18 @@ def _words(ws: np.ndarray, off: int, count: int, dtype) -> np.ndarray:
     return ws[off : off + count * size].view(dtype)
 
 
-@pytest.mark.parametrize("path", ["balanced", "split,no-balanced"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
-@pytest.mark.parametrize("shape", ["16x1M", "ragged"])
-def test_split_estimate(monkeypatch, path, dtype, shape):
-    from sparsetopk_nvidia_sm100._backend import NvidiaSm100Backend, _ext
+BINS = 2048  # the final kernel's candidate bins (kMaxBins); the last one is open above
+BIN_LIST_CAP = 1024  # keys of the k-th key's bin it ranks, at most (kBinListCap)
 
-    monkeypatch.setenv("SPARSETOPK_NV_PATH", path)
+
+def _bins(o: np.ndarray, pre: int, hsh: int) -> np.ndarray:
+    """split_cand_bin: 2^(hsh - 1) scores a bin from est's top 32 bits."""
+    return np.minimum((o - np.uint64(pre)) >> np.uint64(hsh - 1), np.uint64(BINS - 1)).astype(np.int64)
+
+
+def _capture(monkeypatch):
+    from sparsetopk_nvidia_sm100._backend import NvidiaSm100Backend
+
     kept = []
 
     def keep(nbytes, device):
@@ -75,6 +90,26 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
         return t
 
     monkeypatch.setattr(NvidiaSm100Backend, "_workspace", staticmethod(keep))
+    return kept
+
+
+def _row_state(ws: np.ndarray, lay: dict, r: int):
+    sb = lay["state_bytes"]
+    st = ws[lay["state"] + r * sb : lay["state"] + (r + 1) * sb]
+    mode = int(st[lay["state_mode"] : lay["state_mode"] + 4].view(np.int32)[0])
+    est = int(st[lay["state_prefix"] : lay["state_prefix"] + 8].view(np.uint64)[0])
+    hsh = int(st[lay["state_hsh"] : lay["state_hsh"] + 4].view(np.int32)[0])
+    return mode, est, hsh
+
+
+@pytest.mark.parametrize("path", ["balanced", "balanced,no-chist", "split,no-balanced"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("shape", ["16x1M", "ragged"])
+def test_split_estimate(monkeypatch, path, dtype, shape):
+    from sparsetopk_nvidia_sm100._backend import _ext
+
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", path)
+    kept = _capture(monkeypatch)
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}|{shape}".encode()))
     if shape == "16x1M":
         rows, width = 16, 1 << 20
@@ -88,15 +123,14 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
     C = _ext()
     lay = C.split_layout(rows, width, K, 0, _CODE[dtype])
     assert lay is not None and lay["sampled"], lay
-    assert lay["balanced"] == (path == "balanced"), lay
+    assert lay["balanced"] == path.startswith("balanced"), lay
+    assert lay["chist"] == (path != "balanced,no-chist"), lay
 
     res = sparsetopk.topk(x.cuda(), K, lengths=lengths.cuda(), order="any", tie_break="low", backend=BK)
     torch.cuda.synchronize()
     assert len(kept) == 1 and kept[0].numel() == lay["bytes"], (len(kept), lay)
     ws = kept[0].cpu().numpy()
 
-    sb = lay["state_bytes"]
-    state = ws[lay["state"] : lay["state"] + rows * sb].reshape(rows, sb)
     if lay["balanced"]:
         grain = int(_words(ws, lay["grain"], 1, np.int64)[0])
         assert grain >= 2048 and grain % ITEMS == 0, grain
@@ -108,12 +142,11 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
 
     for r in range(rows):
         n = max(0, min(lens[r], width))
-        mode = int(state[r, lay["state_mode"] : lay["state_mode"] + 4].view(np.int32)[0])
+        mode, est, hsh = _row_state(ws, lay, r)
         if n <= K:
             assert mode == 0, (r, n, mode)
             continue
         assert mode == 4, (r, n, mode)
-        est = int(state[r, lay["state_prefix"] : lay["state_prefix"] + 8].view(np.uint64)[0])
         pre = est >> 32
         assert est & ((1 << 42) - 1) == 0, f"row {r}: est {est:#x} is not a 22-bit prefix"
         assert pre > 0x007FFFFF, f"row {r}: est {est:#x} at or below ordered -inf"
@@ -137,6 +170,13 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
             keys = (o[want] << np.uint64(32)) | (~want.astype(np.uint64) & np.uint64(0xFFFFFFFF))
             assert np.array_equal(np.sort(got[-1]), np.sort(keys)), f"row {r} chunk {c}: stored keys differ"
         assert sum(a.size for a in got) == total
+        if not lay["chist"]:
+            assert hsh == 0, (r, hsh)
+            continue
+        assert 1 <= hsh <= 24, f"row {r}: bin shift + 1 = {hsh}"
+        want = np.bincount(_bins(o[hit], pre, hsh), minlength=BINS)
+        kth = _bins(np.sort(o[hit])[-K:][:1], pre, hsh)[0]  # (the k-th largest score's bin)
+        assert kth < BINS - 1 and want[kth] <= BIN_LIST_CAP, f"row {r}: k-th key in bin {kth} of {want[kth]} keys"
 
     # the call's answer, for completeness (the exactness tests are elsewhere)
     ref = sparsetopk.topk(x, K, lengths=lengths, order="any", tie_break="low", backend="reference")
@@ -154,3 +194,64 @@ def test_split_layout_off_the_split(monkeypatch):
     assert C.split_layout(4, 1 << 20, 2048, 0) is None  # few rows: the cluster kernel
     lay = C.split_layout(64, 1 << 20, 2048, 0)
     assert lay is not None and lay["balanced"] and lay["bytes"] == C.workspace_bytes(64, 1 << 20, 2048, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_cand_hist_regimes(monkeypatch, dtype):
+    """Each branch of the final kernel's binned select, pinned by the workspace."""
+    from sparsetopk_nvidia_sm100._backend import _ext
+
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "balanced")
+    kept = _capture(monkeypatch)
+    g = torch.Generator().manual_seed(zlib.crc32(f"regimes|{dtype}".encode()))
+    rows, width = 8, 1 << 20
+    x = torch.randn(rows, width, generator=g)
+    spread = torch.randperm(width, generator=g)
+    # row 1: 900 scores tied at 3.0 (~1350 keys lie above it): the k-th key's bin
+    # holds the ties, and the finish ranks them by index
+    x[1, spread[:900]] = 3.0
+    # row 2: 3000 large scores off the sample (it reads 64 columns every
+    # width / 128), spread thin enough for the gather's segments: the k-th key
+    # lies above every sample, in the open bin
+    off = spread[(spread % (width // 128) >= 1000) & (spread % (width // 128) < 8000)][:3000]
+    x[2, off] = 100.0 + torch.rand(3000, generator=g)
+    # row 3: 2500 tied at 3.4 (~340 above): more keys in the k-th key's bin than the finish takes
+    x[3, spread[:2500]] = 3.4
+    # row 4: 700 tied at 2.9 (~1870 above)
+    x[4, spread[1000:1700]] = 2.9
+    x = x.to(dtype)
+    lens = [width, width, width, width, width - 5, 700000, 300000, width + 9]
+    lengths = torch.tensor(lens, dtype=torch.int32)
+    lay = _ext().split_layout(rows, width, K, 0, _CODE[dtype])
+    assert lay["balanced"] and lay["chist"], lay
+    xd, ld = x.cuda(), lengths.cuda()
+    for order, tie in (("any", "low"), ("rank", "high"), ("index", "low"), ("any", "high")):
+        kept.clear()
+        res = sparsetopk.topk(xd, K, lengths=ld, order=order, tie_break=tie, return_values=True, backend=BK)
+        torch.cuda.synchronize()
+        ref = sparsetopk.topk(x, K, lengths=lengths, order=order, tie_break=tie, return_values=True,
+                              backend="reference")
+        ri, rv, fi, fv = res.indices.cpu(), res.values.cpu(), ref.indices, ref.values
+        if order == "any":
+            ri, p = torch.sort(ri, dim=1)
+            rv = torch.gather(rv, 1, p)
+            fi, p = torch.sort(fi, dim=1)
+            fv = torch.gather(fv, 1, p)
+        assert torch.equal(ri, fi), (order, tie)
+        assert torch.equal(rv.view(torch.int32), fv.view(torch.int32)), (order, tie)
+    ws = kept[0].cpu().numpy()
+    where = []
+    for r in range(rows):
+        mode, est, hsh = _row_state(ws, lay, r)
+        assert mode == 4 and hsh >= 1, (r, mode, hsh)
+        n = max(0, min(lens[r], width))
+        o = _ordered(x[r, :n])
+        b = _bins(o[o >= (est >> 32)], est >> 32, hsh)  # the candidates' bins
+        kth = _bins(np.sort(o)[-K:][:1], est >> 32, hsh)[0]
+        where.append((int(kth), int((b == kth).sum())))
+    b, e = zip(*where)
+    assert all(bb < BINS - 1 for i, bb in enumerate(b) if i != 2), where
+    assert b[2] == BINS - 1, where  # the open bin: the radix select
+    assert e[3] > BIN_LIST_CAP, where  # too many: the radix select
+    assert 900 <= e[1] <= BIN_LIST_CAP and 700 <= e[4] <= BIN_LIST_CAP, where  # ties, ranked
+    assert all(e[i] <= (64 if dtype == torch.float32 else 400) for i in (0, 5, 6, 7)), where  # a few keys
