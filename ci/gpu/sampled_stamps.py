@@ -35,6 +35,6 @@ for cell in scenarios.full_grid():
         c = t[16:22]
         parts = ", ".join(f"{NAMES[i]} {c[i + 1] - c[i]}" for i in range(5) if c[i + 1] >= c[i] > 0)
         print(f"{cell.label} ({os.environ['SPARSETOPK_NV_PATH']}): row {b} n={t[29]}, {c[5] - c[0]} cycles "
-              f"| {parts} | candidates {t[30]}", flush=True)
+              f"| {parts} | candidates {t[30]} | est from {['all', 'binned', 'radix'][t[28]]}", flush=True)
     inp = v = None
     torch.cuda.empty_cache()

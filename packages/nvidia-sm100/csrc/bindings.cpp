@@ -81,8 +81,8 @@ PYBIND11_MODULE(_C, m) {
         Plan plan = plan_topk(p, dev);
         if (!plan.split) return py::none();
         const SplitWsOffsets o = split_ws_offsets(p, plan);
-        size_t sb = 0, so_prefix = 0, so_mode = 0, so_hsh = 0;
-        split_row_state_layout(&sb, &so_prefix, &so_mode, &so_hsh);
+        size_t sb = 0, so_prefix = 0, so_mode = 0, so_hsh = 0, so_how = 0;
+        split_row_state_layout(&sb, &so_prefix, &so_mode, &so_hsh, &so_how);
         py::dict d;
         d["bytes"] = split_workspace_bytes(p, plan);
         d["cand"] = o.cand;
@@ -91,7 +91,9 @@ PYBIND11_MODULE(_C, m) {
         d["state_prefix"] = so_prefix;
         d["state_mode"] = so_mode;
         d["state_hsh"] = so_hsh;
+        d["state_how"] = so_how;
         d["chist"] = plan.ws.chist;
+        d["sbins"] = p.sample_bins != 0;
         d["counts"] = o.counts;
         d["grain"] = o.grain;
         d["balanced"] = plan.ws.balanced;

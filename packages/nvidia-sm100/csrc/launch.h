@@ -38,6 +38,7 @@ struct TopkParams {
   int cluster_span;    // cluster kernel: sample runs in groups of this many adjacent ones (1: all apart)
   int stamp_block;     // stamps: the block whose phases are recorded (default 0)
   int sample_fixed;    // sampled-rows kernel: every row takes sample_runs runs (else one per started 64K columns, at most sample_runs)
+  int sample_bins;     // sampled split / sampled rows: est by one binned pass first (sample_est_binned; off: SPARSETOPK_NV_PATH=sample22)
 };
 
 struct SplitWs {
@@ -97,7 +98,7 @@ void bind_workspace(const TopkParams& p, Plan& plan, void* ws);
 // SplitRowState's size and its fields' byte offsets (est / threshold prefix,
 // mode, candidate-histogram shift), for tests that read a split call's
 // workspace back
-void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh);
+void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh, size_t* how);
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream);
 void launch_merge(MergeParams p, int dev, uintptr_t stream);
 int merge_max_candidates();

@@ -336,6 +336,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   no-chist      the sampled split's final kernel finds the k-th candidate
 //                 by radix passes over the candidates (default: from counts
 //                 of their bins taken while it copies them, cand_kth_binned)
+//   sample22      the sampled split's and the sampled-rows kernel's samples
+//                 find est by 11-bit radix passes (default: one pass of bins
+//                 below the largest sample, sample_est_binned, the radix
+//                 passes where it declines)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -363,6 +367,7 @@ struct PathOpts {
   int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
   bool items_early = true;  // balanced gather: row tables before the launch wait
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
+  bool sample_bins = true;  // sampled split: the sample's est by one binned pass first
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -414,6 +419,7 @@ static PathOpts path_opts() {
     else if (t == "no-balanced") o.balanced = 0;
     else if (t == "no-iearly") o.items_early = false;
     else if (t == "no-chist") o.chist = false;
+    else if (t == "sample22") o.sample_bins = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -421,7 +427,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-chist, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-chist, sample22, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -443,6 +449,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.stamps = opt.stamps ? 1 : 0;
   p.stamp_block = opt.stamp_block;
   p.sample_fixed = opt.sample_fixed ? 1 : 0;
+  p.sample_bins = opt.sample_bins ? 1 : 0;
   p.cluster_span = opt.cluster_span ? 8 : 1;
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;
@@ -637,11 +644,12 @@ void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
   plan.ws.counts = reinterpret_cast<int*>(b + o.counts);
 }
 
-void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh) {
+void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh, size_t* how) {
   *bytes = sizeof(SplitRowState);
   *prefix = offsetof(SplitRowState, prefix);
   *mode = offsetof(SplitRowState, mode);
   *hsh = offsetof(SplitRowState, hsh);
+  *how = offsetof(SplitRowState, how);
 }
 
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream) {

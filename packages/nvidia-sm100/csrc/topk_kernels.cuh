@@ -512,6 +512,67 @@ __device__ uint32_t sample_prefix22(Visit visit, int m, uint32_t* hist, BlockScr
   return prefix;
 }
 
+// est <= the m-th largest of a block's 32-bit ordered sample scores from
+// ONE histogram pass (sample_prefix22 takes two): 2048 bins of 2^sh scores
+// down from mx, the largest sample, to lo, counting only the samples >= lo
+// (sample_prefix22's first pass counts every sample, and a normal row's
+// crowd a few of its bins, whose atomics serialize). lo: the least of the
+// maxima of groups of G adjacent threads, nt / G >= m of them (so at least m
+// samples are >= lo, the m-th among them), but no lower than 2048 bins of
+// 2^17 ordered scores (32 octaves) below mx (2^15, 8 octaves, if m > nt:
+// no groups), so that a bin is at most 1/64 of its scores' magnitude
+// (1/256 without groups) wide. Exact whatever lo is: if at
+// least m samples are counted, the m-th largest is among them and its bin's
+// lower edge is <= it. *est: that edge (at least lo); *mx: mx (decided or
+// not). Returns false, est unset, when fewer than m samples are counted
+// (the top samples span more octaves than the bins) or the m-th's bin holds
+// more than max(4, m / 8) samples (too coarse); the caller then runs the
+// radix passes. tmax: the calling thread's largest sample (has: it holds
+// one); visit as sample_prefix22's; wred: 64 words of shared scratch.
+// (A numpy model of normal, shifted, exponential, uniform, log-uniform and
+// negative rows, 12K to 1M columns, at 1024 and 256 threads: accepted on
+// all but tight shifted or log-uniform rows at m > nt; E ~1-8 where m ~ 40-1000.)
+// Ends with a block barrier.
+template <class Visit>
+__device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, uint32_t* hist, uint32_t* wred,
+                                  BlockScratch& s, uint32_t* est, uint32_t* mx) {
+  const int nt = int(blockDim.x), lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = (nt + 31) >> 5;
+  int G = 0;  // (uniform)
+  if (m <= nt)
+    for (G = 1; G < 32 && nt / (2 * G) >= m;) G *= 2;
+  uint32_t gmx = has ? tmax : 0u, ghas = has ? 1u : 0u;
+  for (int d = 1; d < G; d <<= 1) {
+    gmx = max(gmx, __shfl_xor_sync(0xffffffffu, gmx, d));
+    ghas |= __shfl_xor_sync(0xffffffffu, ghas, d);
+  }
+  for (int i = int(threadIdx.x); i < 2048; i += nt) hist[i] = 0;
+  const uint32_t wmx = __reduce_max_sync(0xffffffffu, has ? tmax : 0u);
+  const uint32_t wlo = __reduce_min_sync(0xffffffffu, G > 0 && ghas ? gmx : ~0u);
+  if (lane == 0) {
+    wred[w] = wmx;
+    wred[32 + w] = wlo;
+  }
+  if (threadIdx.x == 0) s.bin = -1;  // (find_bin leaves it if fewer than m are counted)
+  __syncthreads();
+  const uint32_t hi = __reduce_max_sync(0xffffffffu, lane < nw ? wred[lane] : 0u);
+  const uint32_t glo = __reduce_min_sync(0xffffffffu, lane < nw ? wred[32 + lane] : ~0u);
+  *mx = hi;
+  uint32_t lo = hi - min(hi, (2048u << (G > 0 ? 17 : 15)) - 1u);
+  if (glo != ~0u) lo = max(lo, glo);
+  const int sh = max(0, (32 - __clz(hi - lo)) - 11);  // (hi - lo) >> sh < 2048
+  visit([&](uint32_t o) {
+    if (o >= lo) atomicAdd(&hist[2047u - ((hi - o) >> sh)], 1u);
+  });
+  __syncthreads();
+  find_bin(hist, 11, m, s);
+  const int b = s.bin, E = s.count;
+  if (b < 0 || E > max(4, m >> 3)) return false;
+  // the bin's lowest score: hi - (2048 - b) 2^sh + 1, at least lo
+  const int64_t edge = int64_t(hi) - (int64_t(2048 - b) << sh) + 1;
+  *est = uint32_t(max(edge, int64_t(lo)));
+  return true;
+}
+
 // Ordered compaction: calls sink(pos, key) for every valid key >= T, pos
 // counting them in source order. Returns the count.
 template <class Src, class Sink>

@@ -84,6 +84,8 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
     const int64_t tiles = (gsrc.end() - f + kItems - 1) / kItems;
     const int used = int(min(tiles, int64_t(runs)));
     const int S = used * kItems;
+    uint32_t tmx = 0;  // the thread's largest sample (sample_est_binned)
+    bool has = false;  // ... it holds one
     {
       uint32_t bits[kMaxSampleRuns][kItems], mask[kMaxSampleRuns];
       int64_t gs[kMaxSampleRuns];
@@ -97,14 +99,38 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
       for (int q = 0; q < kMaxSampleRuns; ++q) {
         const int t = q * int(blockDim.x) + int(threadIdx.x);
 #pragma unroll
-        for (int i = 0; i < kItems; ++i)
-          if (t < used) smp[t * kItems + i] = (mask[q] >> i) & 1u ? uint32_t(gsrc.key1(gs[q] + i, bits[q][i]) >> 32) : 0u;
+        for (int i = 0; i < kItems; ++i) {
+          const bool ok = t < used && ((mask[q] >> i) & 1u);
+          const uint32_t o = ok ? uint32_t(gsrc.key1(gs[q] + i, bits[q][i]) >> 32) : 0u;
+          if (t < used) smp[t * kItems + i] = o;
+          if (ok) tmx = max(tmx, o);
+          has |= ok;
+        }
       }
     }
+    const int64_t m = max(int64_t(16), (8 * int64_t(k) * S + 5 * n - 1) / (5 * n));
+    // one pass of bins below the largest sample, else (declined, or
+    // `sample22`) the radix passes
+    bool binned = false;
+    if (p.sample_bins && m < S) {
+      uint32_t e32 = 0, mx = 0;
+      const int nq = runs / int(blockDim.x);
+      binned = sample_est_binned(
+          [&](auto f) {
+            for (int q = 0; q < nq; ++q) {
+              const int t = q * int(blockDim.x) + int(threadIdx.x);
+              if (t < used)
+#pragma unroll
+                for (int i = 0; i < kItems; ++i) f(smp[t * kItems + i]);  // (invalid: 0, below lo but on all-NaN rows; est steers only speed)
+            }
+          },
+          tmx, has, int(m), L.hist, reinterpret_cast<uint32_t*>(L.rankbuf), s, &e32, &mx);
+      if (binned) est = uint64_t(e32) << 32;
+    }
+    if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[28] = m < S ? 2 - binned : 0;
     __syncthreads();
     STK_CLOCK(1);
-    const int64_t m = max(int64_t(16), (8 * int64_t(k) * S + 5 * n - 1) / (5 * n));
-    if (m < S) {
+    if (m < S && !binned) {
       SelState st{0ull, 0, int(m)};
       uint64_t Tm = 0;
       // 22 bits of the m-th sample score are enough for an estimate (its

@@ -24,6 +24,7 @@ struct SplitRowState {
   unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
   int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
   int hsh;   // mode 4: 0, or 1 + the candidate histogram's bin shift (split_cand_bin)
+  int how;   // mode 4: est from 0 every key, 1 sample_est_binned, 2 sample_prefix22 (tests read it)
 };
 
 // The final kernel's candidate bins (SplitWs::chist): bin of a candidate
@@ -113,16 +114,19 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
 // Only the speed depends on how good est is: exactness is checked by the
 // final kernel (count >= k). Sample: blockDim runs of 8 consecutive columns
 // (one 32-byte sector of fp32), in groups of adjacent runs spread evenly
-// over the row, or the whole row if n < S. The m-th largest is found by a
-// radix select on the sample keys in registers, stopped as soon as its bin
-// is pinned (est = that bin's lower edge, <= the m-th sample key).
+// over the row, or the whole row if n < S. est is the lower edge of a bin
+// that holds the m-th largest sample (so <= it), from the samples' top 32
+// key bits in registers: one pass of bins below the largest sample
+// (sample_est_binned), or, where that declines (m above the threads holding
+// samples, or bins too coarse), two 11-bit radix passes (sample_prefix22).
 template <typename T>
 __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
   STK_CLOCK(0);
   __shared__ uint32_t hist[kMaxBins];
   __shared__ BlockScratch s;
-  __shared__ uint32_t smax;  // the largest sample's top 32 key bits
+  __shared__ uint32_t smax;  // the largest sample's top 32 key bits (`sample22`)
+  __shared__ uint32_t wred[64];  // sample_est_binned's per-warp maxima and minima
   const int64_t r = blockIdx.x;
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
@@ -166,31 +170,41 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   mt = max(mt, int64_t(16));
   uint64_t est = 0;  // 0: every key is a candidate
   int hsh = 0;       // SplitRowState::hsh
+  int how = 0;       // SplitRowState::how
   if (mt < S) {
     // est: the bin edge of the mt-th sample key's top 22 bits (13 mantissa
     // bits pinned: est lets through ~1e-4 of a bin more than the mt-th key;
     // a third pass cost ~1/3 of the select)
-    uint32_t o[kItems];
+    uint32_t o[kItems], tmx = 0;
 #pragma unroll
-    for (int q = 0; q < kItems; ++q) o[q] = uint32_t(key[q] >> 32);
-    const uint32_t pre = sample_prefix22(
-        [o, m](auto f) {
+    for (int q = 0; q < kItems; ++q) {
+      o[q] = uint32_t(key[q] >> 32);
+      if ((m >> q) & 1u) tmx = max(tmx, o[q]);
+    }
+    const auto visit = [o, m](auto f) {
 #pragma unroll
-          for (int q = 0; q < kItems; ++q)
-            if ((m >> q) & 1u) f(o[q]);
-        },
-        int(mt), hist, s, [&](int pass) { STK_CLOCK(9 + pass); });  // 9, 10: after each pass (profiling)
+      for (int q = 0; q < kItems; ++q)
+        if ((m >> q) & 1u) f(o[q]);
+    };
+    // one pass over bins below the largest sample (mx), else (declined, or
+    // `sample22`) the two 22-bit passes
+    uint32_t pre = 0, mx = 0;
+    how = p.sample_bins && sample_est_binned(visit, tmx, m != 0u, int(mt), hist, wred, s, &pre, &mx) ? 1 : 2;
+    if (how == 2) {
+      pre = sample_prefix22(visit, int(mt), hist, s, [&](int pass) { STK_CLOCK(9 + pass); });  // 9, 10: after each pass (profiling)
+      if (ws.chist && !p.sample_bins) {
+        const uint32_t wmx = __reduce_max_sync(0xffffffffu, tmx);
+        if ((threadIdx.x & 31) == 0) atomicMax(&smax, wmx);
+        __syncthreads();
+        mx = smax;
+      }
+    } else {
+      STK_CLOCK(9);
+    }
     est = uint64_t(pre) << 32;
     // the final kernel's candidate bins: their span from the largest sample
     if (ws.chist) {
-      uint32_t mx = 0;
-#pragma unroll
-      for (int q = 0; q < kItems; ++q)
-        if ((m >> q) & 1u) mx = max(mx, o[q]);
-      mx = __reduce_max_sync(0xffffffffu, mx);
-      if ((threadIdx.x & 31) == 0) atomicMax(&smax, mx);
-      __syncthreads();
-      const uint64_t span = 2 * uint64_t(smax - pre) + 1;
+      const uint64_t span = 2 * uint64_t(mx - pre) + 1;
       hsh = 1 + max(0, (64 - __clzll(span)) - 11);
     }
   }
@@ -199,6 +213,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
     rs->prefix = est;
     rs->mode = 4;
     rs->hsh = hsh;
+    rs->how = how;
   }
 }
 

@@ -8,7 +8,8 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
 - the two-read multi-pass streamed select ("stream,no-online");
 - the sampled split path ("split": sample + balanced gather + final, whose
   select finds the k-th candidate from counts of their bins; by radix passes
-  over the candidates with "split,no-chist"; the chunked gather with
+  over the candidates with "split,no-chist"; the sample's estimate by two
+  radix passes, not one binned pass, with "split,sample22"; the chunked gather with
   "split,no-balanced"), and its
   fallbacks (fewer than k keys >= the estimate cannot happen by construction
   of the data here, but segment overflow and > cand_cap candidates do:
@@ -45,8 +46,8 @@ pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and th
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
-         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
-         "split,no-balanced", "split,no-cspan", "split,no-chist"]
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sample22", "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
+         "split,no-balanced", "split,no-cspan", "split,no-chist", "split,sample22"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
 
@@ -238,7 +239,8 @@ def test_cuda_graph_long_rows(path):
         assert _same(type(ref)(oi, ov), ref, "any"), f"graph replay {step}"
 
 
-@pytest.mark.parametrize("path", ["auto", "balanced", "balanced,no-iearly", "balanced,no-chist", "split,no-balanced"],
+@pytest.mark.parametrize("path", ["auto", "balanced", "balanced,no-iearly", "balanced,no-chist", "balanced,sample22",
+                                  "split,no-balanced"],
                          indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_balanced_ragged(path, dtype):

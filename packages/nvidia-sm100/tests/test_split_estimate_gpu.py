@@ -8,7 +8,12 @@ their byte offsets; the backend's ``_workspace`` seam hands the buffer over)
 and holds them to the data, computed here in torch from the scores:
 
 - a long row is in mode 4 (sampled gather), a row of <= k columns in mode 0;
-- est is a 22-bit score prefix (low 42 bits zero), above every invalid key;
+- est came from where it should: one binned pass below the largest sample
+  (``how`` 1) on every normal row, the radix passes (``how`` 2) under
+  ``sample22`` and on a row whose sample holds +inf (the binned pass
+  declines: its bins span 32 octaves below the largest sample);
+- est is a score prefix (low 32 bits zero; 22-bit, low 42 bits zero, from
+  the radix passes), above every invalid key;
 - the number of the row's keys >= est lies in [k, 4k] (about 2.5 k expected:
   the estimate is good enough that the fast path, not the fallback, runs);
 - every chunk's count is the number of keys >= est in that chunk's columns,
@@ -93,16 +98,34 @@ def _capture(monkeypatch):
     return kept
 
 
-def _row_state(ws: np.ndarray, lay: dict, r: int):
+def _row_state(ws: np.ndarray, lay: dict, r: int, how: bool = False):
     sb = lay["state_bytes"]
     st = ws[lay["state"] + r * sb : lay["state"] + (r + 1) * sb]
     mode = int(st[lay["state_mode"] : lay["state_mode"] + 4].view(np.int32)[0])
     est = int(st[lay["state_prefix"] : lay["state_prefix"] + 8].view(np.uint64)[0])
     hsh = int(st[lay["state_hsh"] : lay["state_hsh"] + 4].view(np.int32)[0])
+    if how:
+        return mode, est, hsh, int(st[lay["state_how"] : lay["state_how"] + 4].view(np.int32)[0])
     return mode, est, hsh
 
 
-@pytest.mark.parametrize("path", ["balanced", "balanced,no-chist", "split,no-balanced"])
+SAMPLE_THREADS = 1024  # split_sample_kernel's block: a run of ITEMS columns a thread
+
+
+def _want_how(n: int, sbins: bool) -> int:
+    """split_sample_kernel's source of est for a normal row of n > k columns:
+    0 (no sample select: every key a candidate), 1 (one binned pass, which a
+    numpy model of it accepts on normal rows of 12K to 1M columns: the m-th
+    sample's bin holds ~1-14 samples, it declines above max(4, m / 8)) or 2
+    (the radix passes, `sample22`)."""
+    S = min(n, SAMPLE_THREADS * ITEMS)
+    mt = max(16, (5 * K * S + 2 * n - 1) // (2 * n))
+    if mt >= S:
+        return 0
+    return 1 if sbins else 2
+
+
+@pytest.mark.parametrize("path", ["balanced", "balanced,no-chist", "split,no-balanced", "balanced,sample22"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 @pytest.mark.parametrize("shape", ["16x1M", "ragged"])
 def test_split_estimate(monkeypatch, path, dtype, shape):
@@ -118,13 +141,19 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
         rows, width = 24, 1 << 18
         lens = torch.exp(torch.empty(rows - 2).uniform_(math.log(40000), math.log(width), generator=g))
         lens = [1500, width + 77] + lens.long().tolist()
-    x = torch.randn(rows, width, generator=g).to(dtype)
+    x = torch.randn(rows, width, generator=g)
+    # row 5: +inf at column 0, which every sample takes: the binned pass's
+    # bins span from it and are too coarse (it declines; the radix passes'
+    # estimate is as good as on any row)
+    x[5, 0] = math.inf
+    x = x.to(dtype)
     lengths = torch.tensor(lens, dtype=torch.int32)
     C = _ext()
     lay = C.split_layout(rows, width, K, 0, _CODE[dtype])
     assert lay is not None and lay["sampled"], lay
     assert lay["balanced"] == path.startswith("balanced"), lay
     assert lay["chist"] == (path != "balanced,no-chist"), lay
+    assert lay["sbins"] == ("sample22" not in path), lay
 
     res = sparsetopk.topk(x.cuda(), K, lengths=lengths.cuda(), order="any", tie_break="low", backend=BK)
     torch.cuda.synchronize()
@@ -142,13 +171,15 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
 
     for r in range(rows):
         n = max(0, min(lens[r], width))
-        mode, est, hsh = _row_state(ws, lay, r)
+        mode, est, hsh, how = _row_state(ws, lay, r, how=True)
         if n <= K:
             assert mode == 0, (r, n, mode)
             continue
         assert mode == 4, (r, n, mode)
+        want_how = 2 if r == 5 and lay["sbins"] else _want_how(n, lay["sbins"])
+        assert how == want_how, f"row {r} (n={n}): est from {how}, want {want_how}"
         pre = est >> 32
-        assert est & ((1 << 42) - 1) == 0, f"row {r}: est {est:#x} is not a 22-bit prefix"
+        assert est & ((1 << (42 if how == 2 else 32)) - 1) == 0, f"row {r}: est {est:#x} is not a score prefix"
         assert pre > 0x007FFFFF, f"row {r}: est {est:#x} at or below ordered -inf"
         o = _ordered(x[r, :n])
         hit = o >= pre
@@ -172,6 +203,8 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
         assert sum(a.size for a in got) == total
         if not lay["chist"]:
             assert hsh == 0, (r, hsh)
+            continue
+        if r == 5:  # (its candidate bins span up to +inf too: the final kernel's radix select)
             continue
         assert 1 <= hsh <= 24, f"row {r}: bin shift + 1 = {hsh}"
         want = np.bincount(_bins(o[hit], pre, hsh), minlength=BINS)
@@ -255,3 +288,35 @@ def test_cand_hist_regimes(monkeypatch, dtype):
     assert e[3] > BIN_LIST_CAP, where  # too many: the radix select
     assert 900 <= e[1] <= BIN_LIST_CAP and 700 <= e[4] <= BIN_LIST_CAP, where  # ties, ranked
     assert all(e[i] <= (64 if dtype == torch.float32 else 400) for i in (0, 5, 6, 7)), where  # a few keys
+
+
+@pytest.mark.parametrize("path", ["rows,sampled-rows", "rows,sampled-rows,sample22"])
+@pytest.mark.parametrize("n", [20000, 40000, 70000, 131072])
+def test_sampled_rows_estimate(monkeypatch, path, n):
+    """The sampled-rows kernel's estimate, from its stamps (one stamped block,
+    `stampblock=`): est from the binned pass on a normal row of any length
+    (the radix passes under ``sample22``, or where the row's sample holds
+    +inf), and the candidates it gathers (keys >= est) number between k and
+    its buffer's 11 k / 4, so that the fast path runs; outputs against the
+    reference."""
+    from sparsetopk_nvidia_sm100._backend import _ext
+
+    C = _ext()
+    g = torch.Generator().manual_seed(zlib.crc32(f"sampled|{path}|{n}".encode()))
+    rows, width = 6, 1 << 17
+    x = torch.randn(rows, width, generator=g)
+    x[3, 0] = math.inf  # (column 0 is in every sample)
+    lens = torch.full((rows,), n, dtype=torch.int32)
+    xd, ld = x.cuda(), lens.cuda()
+    ref = sparsetopk.topk(x, K, lengths=lens, order="any", backend="reference")
+    for r in range(rows):
+        monkeypatch.setenv("SPARSETOPK_NV_PATH", f"{path},stamps,stampblock={r}")
+        assert C.plan(rows, width, K, 0)["sampled_rows"]
+        res = sparsetopk.topk(xd, K, lengths=ld, order="any", backend=BK)
+        torch.cuda.synchronize()
+        t = [int(v) for v in C.cluster_stamps()]
+        assert t[29] == n, (r, t[29])
+        want = 2 if "sample22" in path or r == 3 else 1
+        assert t[28] == want, f"row {r} (n={n}): est from {t[28]}, want {want}"
+        assert K <= t[30] <= 11 * K // 4, f"row {r} (n={n}): {t[30]} candidates"
+        assert torch.equal(torch.sort(res.indices[r].cpu()).values, torch.sort(ref.indices[r]).values), r
