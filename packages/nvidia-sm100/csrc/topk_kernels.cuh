@@ -526,16 +526,20 @@ __device__ uint32_t sample_prefix22(Visit visit, int m, uint32_t* hist, BlockScr
 // lower edge is <= it. *est: that edge (at least lo); *mx: mx (decided or
 // not). Returns false, est unset, when fewer than m samples are counted
 // (the top samples span more octaves than the bins) or the m-th's bin holds
-// more than max(4, m / 8) samples (too coarse); the caller then runs the
-// radix passes. tmax: the calling thread's largest sample (has: it holds
-// one); visit as sample_prefix22's; wred: 64 words of shared scratch.
+// more than max(4, m / 8) samples (too coarse) -- unless a bin holds one
+// score value (sh <= zb, the low bits every score of the type has zero: 16
+// for bf16, 13 for fp16), whose ties do not make est any lower (bf16 rows
+// tie ~1.5 samples a value at the m-th of 8K, and 64 rows of them declined
+// often enough to cost ~1 us a call); the caller then runs the radix
+// passes. tmax: the calling thread's largest sample (has: it holds one);
+// visit as sample_prefix22's; wred: 64 words of shared scratch.
 // (A numpy model of normal, shifted, exponential, uniform, log-uniform and
 // negative rows, 12K to 1M columns, at 1024 and 256 threads: accepted on
 // all but tight shifted or log-uniform rows at m > nt; E ~1-8 where m ~ 40-1000.)
 // Ends with a block barrier.
 template <class Visit>
-__device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, uint32_t* hist, uint32_t* wred,
-                                  BlockScratch& s, uint32_t* est, uint32_t* mx) {
+__device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, int zb, uint32_t* hist,
+                                  uint32_t* wred, BlockScratch& s, uint32_t* est, uint32_t* mx) {
   const int nt = int(blockDim.x), lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = (nt + 31) >> 5;
   int G = 0;  // (uniform)
   if (m <= nt)
@@ -566,11 +570,18 @@ __device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, u
   __syncthreads();
   find_bin(hist, 11, m, s);
   const int b = s.bin, E = s.count;
-  if (b < 0 || E > max(4, m >> 3)) return false;
+  if (b < 0 || (E > max(4, m >> 3) && sh > zb)) return false;
   // the bin's lowest score: hi - (2048 - b) 2^sh + 1, at least lo
   const int64_t edge = int64_t(hi) - (int64_t(2048 - b) << sh) + 1;
   *est = uint32_t(max(edge, int64_t(lo)));
   return true;
+}
+
+// The low bits of a 32-bit ordered score that are zero for every score of T
+// (16-bit types widened to fp32).
+template <typename T>
+constexpr int score_zero_bits() {
+  return std::is_same_v<T, bf16_tag> ? 16 : (std::is_same_v<T, f16_tag> ? 13 : 0);
 }
 
 // Ordered compaction: calls sink(pos, key) for every valid key >= T, pos

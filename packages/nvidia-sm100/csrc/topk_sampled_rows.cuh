@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
                 for (int i = 0; i < kItems; ++i) f(smp[t * kItems + i]);  // (invalid: 0, below lo but on all-NaN rows; est steers only speed)
             }
           },
-          tmx, has, int(m), L.hist, reinterpret_cast<uint32_t*>(L.rankbuf), s, &e32, &mx);
+          tmx, has, int(m), score_zero_bits<T>(), L.hist, reinterpret_cast<uint32_t*>(L.rankbuf), s, &e32, &mx);
       if (binned) est = uint64_t(e32) << 32;
     }
     if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[28] = m < S ? 2 - binned : 0;

@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
     // one pass over bins below the largest sample (mx), else (declined, or
     // `sample22`) the two 22-bit passes
     uint32_t pre = 0, mx = 0;
-    how = p.sample_bins && sample_est_binned(visit, tmx, m != 0u, int(mt), hist, wred, s, &pre, &mx) ? 1 : 2;
+    how = p.sample_bins && sample_est_binned(visit, tmx, m != 0u, int(mt), score_zero_bits<T>(), hist, wred, s, &pre, &mx) ? 1 : 2;
     if (how == 2) {
       pre = sample_prefix22(visit, int(mt), hist, s, [&](int pass) { STK_CLOCK(9 + pass); });  // 9, 10: after each pass (profiling)
       if (ws.chist && !p.sample_bins) {
