@@ -96,7 +96,7 @@ struct SplitWsOffsets {
 SplitWsOffsets split_ws_offsets(const TopkParams& p, const Plan& plan);
 void bind_workspace(const TopkParams& p, Plan& plan, void* ws);
 // SplitRowState's size and its fields' byte offsets (est / threshold prefix,
-// mode, candidate-histogram shift), for tests that read a split call's
+// mode, candidate-histogram shift, est's source), for tests that read a split call's
 // workspace back
 void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh, size_t* how);
 void launch_topk(TopkParams p, const Plan& plan, int dtype, int dev, uintptr_t stream);

@@ -367,7 +367,7 @@ struct PathOpts {
   int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
   bool items_early = true;  // balanced gather: row tables before the launch wait
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
-  bool sample_bins = true;  // sampled split: the sample's est by one binned pass first
+  bool sample_bins = true;  // sampled split / sampled rows: the sample's est by one binned pass first
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.

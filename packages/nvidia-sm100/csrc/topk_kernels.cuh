@@ -532,11 +532,9 @@ __device__ uint32_t sample_prefix22(Visit visit, int m, uint32_t* hist, BlockScr
 // tie ~1.5 samples a value at the m-th of 8K, and 64 rows of them declined
 // often enough to cost ~1 us a call); the caller then runs the radix
 // passes. tmax: the calling thread's largest sample (has: it holds one);
-// visit as sample_prefix22's; wred: 64 words of shared scratch.
-// (A numpy model of normal, shifted, exponential, uniform, log-uniform and
-// negative rows, 12K to 1M columns, at 1024 and 256 threads: accepted on
-// all but tight shifted or log-uniform rows at m > nt; E ~1-8 where m ~ 40-1000.)
-// Ends with a block barrier.
+// visit as sample_prefix22's; wred: 64 words of shared scratch. Its
+// constants were chosen on ci/estimate_model.py, a numpy model of this
+// pass. Ends with a block barrier.
 template <class Visit>
 __device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, int zb, uint32_t* hist,
                                   uint32_t* wred, BlockScratch& s, uint32_t* est, uint32_t* mx) {

@@ -24,7 +24,7 @@ struct SplitRowState {
   unsigned long long prefix;  // modes 1-3: threshold bin prefix; mode 4: est
   int mode;  // 0: n <= k (take all); 1: threshold known; 2: gather; 3: full fallback; 4: sampled gather
   int hsh;   // mode 4: 0, or 1 + the candidate histogram's bin shift (split_cand_bin)
-  int how;   // mode 4: est from 0 every key, 1 sample_est_binned, 2 sample_prefix22 (tests read it)
+  int how;   // mode 4: est from 0: none (every key a candidate), 1: sample_est_binned, 2: sample_prefix22 (tests read it)
 };
 
 // The final kernel's candidate bins (SplitWs::chist): bin of a candidate
@@ -117,8 +117,9 @@ __global__ void __launch_bounds__(1024) split_find_kernel(TopkParams p, SplitWs 
 // over the row, or the whole row if n < S. est is the lower edge of a bin
 // that holds the m-th largest sample (so <= it), from the samples' top 32
 // key bits in registers: one pass of bins below the largest sample
-// (sample_est_binned), or, where that declines (m above the threads holding
-// samples, or bins too coarse), two 11-bit radix passes (sample_prefix22).
+// (sample_est_binned), or, where that declines (fewer than m samples in
+// its bins' range, or the m-th's bin too coarse), two 11-bit radix passes
+// (sample_prefix22).
 template <typename T>
 __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
@@ -172,9 +173,9 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
   int hsh = 0;       // SplitRowState::hsh
   int how = 0;       // SplitRowState::how
   if (mt < S) {
-    // est: the bin edge of the mt-th sample key's top 22 bits (13 mantissa
-    // bits pinned: est lets through ~1e-4 of a bin more than the mt-th key;
-    // a third pass cost ~1/3 of the select)
+    // est: the lower edge of the bin holding the mt-th sample's score (the
+    // radix passes: its top 22 bits, 13 mantissa bits pinned, ~1e-4 of a
+    // bin more than the mt-th key; a third pass cost ~1/3 of the select)
     uint32_t o[kItems], tmx = 0;
 #pragma unroll
     for (int q = 0; q < kItems; ++q) {
