@@ -58,6 +58,7 @@ struct SplitWs {
   int64_t grain;
   int64_t* grain_out;  // G, from the gather kernel to the final kernel
   bool early;  // row tables before the launch wait (split_items_kernel)
+  int wchunks;  // balanced gather: chunks a warp, the chunk size's target (SPARSETOPK_NV_PATH=wchunks=N; default 1)
   bool chist;  // sampled split: the final kernel bins its candidates (SplitRowState::hsh)
 };
 

@@ -333,6 +333,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 (split_gather_kernel), and the plan keeps the cluster kernel
 //   no-iearly     the balanced gather builds its row tables after its launch
 //                 wait (default: before it, beside the sample kernel)
+//   wchunks=N     the balanced gather cuts the call into about N chunks a
+//                 warp (1..8, default 1)
 //   no-chist      the sampled split's final kernel finds the k-th candidate
 //                 by radix passes over the candidates (default: from counts
 //                 of their bins taken while it copies them, cand_kth_binned)
@@ -366,6 +368,7 @@ struct PathOpts {
   bool tile = true;
   int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
   bool items_early = true;  // balanced gather: row tables before the launch wait
+  int wchunks = 1;  // balanced gather: chunks a warp (the chunk size's target)
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
   bool sample_bins = true;  // sampled split / sampled rows: the sample's est by one binned pass first
 };
@@ -421,13 +424,14 @@ static PathOpts path_opts() {
     else if (t == "no-chist") o.chist = false;
     else if (t == "sample22") o.sample_bins = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
+    else if (const int n = int_token(t, "wchunks", 8); n > 0) o.wchunks = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, no-chist, sample22, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -559,6 +563,7 @@ Plan plan_topk(TopkParams& p, int dev) {
       plan.ws.region = 2 * p.cand_cap;
       plan.ws.blocks = int(std::min<int64_t>(int64_t(d.items_bps) * d.sms, p.rows * int64_t(plan.ws.items)));
       plan.ws.early = opt.items_early;
+      plan.ws.wchunks = opt.wchunks;
     }
     plan.smem = int(fixed_smem(p));
     plan.block = 1024;

@@ -44,6 +44,7 @@ constexpr int kBinListCap = 1024;  // keys of the k-th key's bin cand_kth_binned
 constexpr int kSplitWarps = 8;       // warps per block of split_items_kernel (topk_split_items.cuh)
 constexpr int kSplitMaxRows = 512;   // rows the balanced split takes (its per-block row table)
 constexpr int kSplitMaxChunks = 512; // chunks per row of the balanced split (ws.items; the final kernel's offset table)
+constexpr int kGrainUnit = 64;       // columns: the balanced split's chunk size is a multiple of it
 static_assert((kSplitMaxChunks & (kSplitMaxChunks - 1)) == 0 && kSplitMaxChunks <= 1024,
               "the final kernel's binary lifting and its one-thread-per-segment scan");
 

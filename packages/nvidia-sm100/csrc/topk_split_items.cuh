@@ -52,10 +52,19 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 3) split_items_kernel(TopkPa
   __shared__ uint64_t rest[kSplitMaxRows];
   __shared__ BlockScratch s;
   const int rows = int(p.rows);
-  // the call's chunk size: its valid columns (in units of 1024) over twice
-  // the grid's warps, at least ws.grain, so that short calls still give
-  // every warp a chunk and long ones keep chunks long
-  int units = 0;
+  // the call's chunk size: its valid columns (in units of kGrainUnit) over
+  // the chunk slots (ws.wchunks a warp of the grid, less one a split row:
+  // each row's chunk count rounds up, and the rows' chunks together must
+  // not pass the slots, or a few warps take one chunk more than the rest
+  // and the call waits on them), at least ws.grain, so that short calls
+  // still give every warp a chunk and long ones keep chunks long. One chunk
+  // a warp (H200, same call, against two: DSA decode 32 / 64 rows 38.45 /
+  // 47.06 -> 36.97 / 45.71 us, bf16 35.05 / 40.95 -> 34.20 / 39.22, 16 x 1M
+  // 41.93 -> 41.13, 64 x 1M alike: fewer chunk starts and final-kernel
+  // segments). (Units of 1024 columns left the count well below the slots:
+  // at two a warp, 16 x 1M made 5472 chunks of 3072 columns for 6336
+  // slots, so warps 6 and 7 of a block took one and the rest two.)
+  int units = 0, split_rows = 0;
   for (int r0 = 0; r0 < rows; r0 += int(blockDim.x)) {
     const int r = r0 + int(threadIdx.x);
     int u = 0;
@@ -64,14 +73,18 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 3) split_items_kernel(TopkPa
       rstart[r] = g.start;
       rn[r] = g.n_cols;
       rlen[r] = g.length;
-      u = g.n_cols > p.k ? int((g.n_cols + 1023) >> 10) : 0;
+      // (capped so that 512 rows' sum fits an int: rows past 2^27 columns
+      // take shorter chunks, up to their 512)
+      u = g.n_cols > p.k ? int(min((g.n_cols + kGrainUnit - 1) / kGrainUnit, int64_t(1) << 21)) : 0;
     }
     int total;
     block_excl_scan(u, s, &total);
     units += total;
+    split_rows += __syncthreads_count(u > 0);
   }
-  const int target = 2 * kSplitWarps * int(gridDim.x);
-  const int64_t grain = max(ws.grain, int64_t((units + target - 1) / target) << 10);
+  const int target = ws.wchunks * kSplitWarps * int(gridDim.x);
+  const int slots = max(target - split_rows, target / 2);
+  const int64_t grain = max(ws.grain, int64_t((units + slots - 1) / slots) * kGrainUnit);
   int carry = 0;
   for (int r0 = 0; r0 < rows; r0 += int(blockDim.x)) {
     const int r = r0 + int(threadIdx.x);

@@ -240,7 +240,7 @@ def test_cuda_graph_long_rows(path):
 
 
 @pytest.mark.parametrize("path", ["auto", "balanced", "balanced,no-iearly", "balanced,no-chist", "balanced,sample22",
-                                  "split,no-balanced"],
+                                  "balanced,wchunks=2", "balanced,wchunks=8", "split,no-balanced"],
                          indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_balanced_ragged(path, dtype):
