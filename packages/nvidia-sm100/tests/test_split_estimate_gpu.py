@@ -110,6 +110,8 @@ def _row_state(ws: np.ndarray, lay: dict, r: int, how: bool = False):
 
 
 SAMPLE_THREADS = 1024  # split_sample_kernel's block: a run of ITEMS columns a thread
+GRAIN_UNIT = 64  # the balanced split's chunk size is a multiple of it (kGrainUnit)
+GATHER_WARPS = 8  # warps a block of split_items_kernel (kSplitWarps)
 
 
 def _want_how(n: int, sbins: bool) -> int:
@@ -162,8 +164,13 @@ def test_split_estimate(monkeypatch, path, dtype, shape):
 
     if lay["balanced"]:
         grain = int(_words(ws, lay["grain"], 1, np.int64)[0])
-        assert grain >= 2048 and grain % ITEMS == 0, grain
+        assert grain >= 2048 and grain % GRAIN_UNIT == 0, grain
         per_row, stride = lay["items"], lay["region"]
+        # one chunk a warp of the gather's grid, at most: every row's count
+        # rounds up, and a warp with a chunk more than the rest sets the time
+        warps = C.plan(rows, width, K, 0, _CODE[dtype])["gather_blocks"] * GATHER_WARPS
+        chunks = sum(min(-(-n // grain), per_row) for n in (max(0, min(v, width)) for v in lens) if n > K)
+        assert chunks <= warps, f"{chunks} chunks of {grain} columns for {warps} warps"
     else:
         per_row, stride = lay["chunks"], lay["chunks"] * lay["seg"]
     counts = _words(ws, lay["counts"], rows * per_row, np.int32).reshape(rows, per_row)
