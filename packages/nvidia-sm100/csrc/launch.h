@@ -39,6 +39,7 @@ struct TopkParams {
   int stamp_block;     // stamps: the block whose phases are recorded (default 0)
   int sample_fixed;    // sampled-rows kernel: every row takes sample_runs runs (else one per started 64K columns, at most sample_runs)
   int sample_bins;     // sampled split / sampled rows: est by one binned pass first (sample_est_binned; off: SPARSETOPK_NV_PATH=sample22)
+  int rows_bin;        // sampled rows: the k-th candidate from bins counted over the candidates (off: SPARSETOPK_NV_PATH=no-rbin)
 };
 
 struct SplitWs {

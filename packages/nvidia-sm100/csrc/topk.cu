@@ -342,6 +342,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 find est by 11-bit radix passes (default: one pass of bins
 //                 below the largest sample, sample_est_binned, the radix
 //                 passes where it declines)
+//   no-rbin       the sampled-rows kernel selects the k-th candidate by
+//                 radix passes and writes by finish (default: from counts
+//                 of the candidates' bins, cand_kth_binned, and finish_cand)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -371,6 +374,7 @@ struct PathOpts {
   int wchunks = 1;  // balanced gather: chunks a warp (the chunk size's target)
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
   bool sample_bins = true;  // sampled split / sampled rows: the sample's est by one binned pass first
+  bool rows_bin = true;  // sampled rows: the k-th candidate from candidate bins, finish_cand
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -423,6 +427,7 @@ static PathOpts path_opts() {
     else if (t == "no-iearly") o.items_early = false;
     else if (t == "no-chist") o.chist = false;
     else if (t == "sample22") o.sample_bins = false;
+    else if (t == "no-rbin") o.rows_bin = false;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "wchunks", 8); n > 0) o.wchunks = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
@@ -431,7 +436,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-rbin, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -454,6 +459,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.stamp_block = opt.stamp_block;
   p.sample_fixed = opt.sample_fixed ? 1 : 0;
   p.sample_bins = opt.sample_bins ? 1 : 0;
+  p.rows_bin = opt.rows_bin ? 1 : 0;
   p.cluster_span = opt.cluster_span ? 8 : 1;
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;

@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[29] = uint64_t(n);
   const int cap = p.cand_cap;
   uint64_t est = 0;  // 0: every key is a candidate (rows that fit the buffer)
+  int bsh = -1;      // >= 0: the candidates' bin shift (split_cand_bin from est; p.rows_bin)
   if (n > cap) {
     // sample: sample_tiles() tiles of 8 columns (1 or 2 per thread by
     // default), spread evenly over the row's aligned tile grid, all loads
@@ -125,7 +126,12 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
             }
           },
           tmx, has, int(m), score_zero_bits<T>(), L.hist, reinterpret_cast<uint32_t*>(L.rankbuf), s, &e32, &mx);
-      if (binned) est = uint64_t(e32) << 32;
+      if (binned) {
+        est = uint64_t(e32) << 32;
+        // bins spanning twice the distance from est to the largest sample
+        // (as the sampled split's final kernel: SplitRowState::hsh)
+        bsh = max(0, (64 - __clzll(2 * uint64_t(mx - e32) + 1)) - 11);
+      }
     }
     if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[28] = m < S ? 2 - binned : 0;
     __syncthreads();
@@ -169,6 +175,49 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   }
   if (got <= int(blockDim.x)) {
     finish_small(L.cand, got, k, p.order, out, L.rankbuf);
+    return;
+  }
+  if (p.rows_bin) {
+    // one conflict-free pass over the candidates (consecutive keys on
+    // consecutive lanes) counts their bins and their score range; the k-th
+    // key from the bins (cand_kth_binned), else by radix passes below the
+    // bits every candidate shares (cand_select); finish_cand writes.
+    // Replaces select_passes on CandSrc (8 consecutive keys a thread: 16-way
+    // bank conflicts, a select from depth 0) and finish.
+    __shared__ uint32_t range[2];
+    __shared__ int nbin;
+    __shared__ uint64_t kth;
+    const uint32_t blo = uint32_t(est >> 32);
+    if (bsh >= 0)
+      for (int i = int(threadIdx.x); i < kMaxBins; i += int(blockDim.x)) L.hist[i] = 0;
+    if (threadIdx.x == 0) {
+      range[0] = ~0u;
+      range[1] = 0;
+    }
+    __syncthreads();
+    uint32_t lo = ~0u, hi = 0;
+    for (int i = int(threadIdx.x); i < got; i += int(blockDim.x)) {
+      const uint32_t o = uint32_t(L.cand[i] >> 32);
+      lo = min(lo, o);
+      hi = max(hi, o);
+      if (bsh >= 0) atomicAdd(L.hist + split_cand_bin(o, blo, bsh), 1u);
+    }
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if ((threadIdx.x & 31) == 0) {
+      atomicMin(range, lo);
+      atomicMax(range + 1, hi);
+    }
+    __syncthreads();
+    uint64_t Tk;
+    if (bsh >= 0 && cand_kth_binned(L.cand, got, L.hist, blo, bsh, k, L.outbuf, min(kBinListCap, p.out_cap), &nbin, s,
+                                    &kth))
+      Tk = kth;
+    else
+      Tk = cand_select(L.cand, got, range[0], range[1], k, L.hist, s);
+    STK_CLOCK(4);
+    finish_cand(L.cand, got, Tk, k, p.order, out, L.outbuf, L.rankbuf);
+    STK_CLOCK(5);
     return;
   }
   const CandSrc cs{L.cand, got};

@@ -18,7 +18,10 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
 - the sampled-rows kernel ("rows,sampled-rows": one 256-thread block per
   row, sample -> estimate -> one-read gather by warp spans, the block gather
   when a warp's span overflows (blocky rows), and the exact streamed select
-  when the candidates overflow or number < k (band, const));
+  when the candidates overflow or number < k (band, const); the k-th
+  candidate from counts of their bins, or by radix passes over them where
+  the sample gave no bins ("sample22") or the k-th key's bin is open or
+  crowded, and by select_passes + finish with "no-rbin");
 - the cluster kernel ("cluster", "cluster=N": one thread-block cluster of N
   blocks per row, N = 1..16, not only powers of two): resident rows,
   streamed rows (rows longer than N x ~46K columns: sample, one-read gather,
@@ -46,7 +49,8 @@ pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and th
 
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
-         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sample22", "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
+         "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sample22", "rows,sampled-rows,no-rbin",
+         "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
          "split,no-balanced", "split,no-cspan", "split,no-chist", "split,sample22"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
 
