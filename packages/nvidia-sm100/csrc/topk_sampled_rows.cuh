@@ -195,19 +195,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
       range[1] = 0;
     }
     __syncthreads();
-    uint32_t lo = ~0u, hi = 0;
-    for (int i = int(threadIdx.x); i < got; i += int(blockDim.x)) {
-      const uint32_t o = uint32_t(L.cand[i] >> 32);
-      lo = min(lo, o);
-      hi = max(hi, o);
-      if (bsh >= 0) atomicAdd(L.hist + split_cand_bin(o, blo, bsh), 1u);
-    }
-    lo = __reduce_min_sync(0xffffffffu, lo);
-    hi = __reduce_max_sync(0xffffffffu, hi);
-    if ((threadIdx.x & 31) == 0) {
-      atomicMin(range, lo);
-      atomicMax(range + 1, hi);
-    }
+    cand_range_bins(L.cand, got, range, bsh >= 0 ? L.hist : nullptr, blo, bsh);
     __syncthreads();
     uint64_t Tk;
     if (bsh >= 0 && cand_kth_binned(L.cand, got, L.hist, blo, bsh, k, L.outbuf, min(kBinListCap, p.out_cap), &nbin, s,

@@ -256,6 +256,37 @@ __global__ void __launch_bounds__(512) split_gather_kernel(TopkParams p, SplitWs
   if (threadIdx.x == 0) *cnt = total;
 }
 
+// A thread's fold of candidate key v: its top 32 bits into [lo, hi] and,
+// bins (shared, cleared) not null, a count in its bin (split_cand_bin by
+// blo, bsh). cand_range_merge then folds the threads' [lo, hi] into
+// range[0] / range[1] (shared, preset to ~0 / 0).
+__device__ __forceinline__ void cand_fold(uint64_t v, uint32_t& lo, uint32_t& hi, uint32_t* bins, uint32_t blo,
+                                          int bsh) {
+  const uint32_t o = uint32_t(v >> 32);
+  lo = min(lo, o);
+  hi = max(hi, o);
+  if (bins) atomicAdd(bins + split_cand_bin(o, blo, bsh), 1u);
+}
+
+__device__ __forceinline__ void cand_range_merge(uint32_t lo, uint32_t hi, uint32_t* range) {
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(range, lo);
+    atomicMax(range + 1, hi);
+  }
+}
+
+// The candidates' score range and (bins not null) bin counts, as
+// split_copy_segments gives them, for candidates already in shared memory
+// (consecutive keys on consecutive lanes: conflict-free loads).
+__device__ __forceinline__ void cand_range_bins(const uint64_t* cand, int n, uint32_t* range, uint32_t* bins,
+                                                uint32_t blo, int bsh) {
+  uint32_t lo = ~0u, hi = 0;
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) cand_fold(cand[i], lo, hi, bins, blo, bsh);
+  cand_range_merge(lo, hi, range);
+}
+
 // Copies a row's segments, in order, to dst (shared memory) and folds the
 // keys' top 32 bits into range[0] / range[1] (shared, preset to ~0 / 0).
 // off: the segments' offsets, kSplitMaxChunks of them, those past the last
@@ -296,18 +327,11 @@ __device__ __forceinline__ void split_copy_segments(const int* off, const uint64
     for (int u = 0; u < U; ++u) {
       if (e0 + u * nt < ncand) {
         dst[e0 + u * nt] = v[u];
-        lo = min(lo, uint32_t(v[u] >> 32));
-        hi = max(hi, uint32_t(v[u] >> 32));
-        if (bins) atomicAdd(bins + split_cand_bin(uint32_t(v[u] >> 32), blo, bsh), 1u);
+        cand_fold(v[u], lo, hi, bins, blo, bsh);
       }
     }
   }
-  lo = __reduce_min_sync(0xffffffffu, lo);
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  if ((threadIdx.x & 31) == 0) {
-    atomicMin(range, lo);
-    atomicMax(range + 1, hi);
-  }
+  cand_range_merge(lo, hi, range);
 }
 
 // The k-th largest of the n > 1 distinct candidates, whose top 32 bits lie
