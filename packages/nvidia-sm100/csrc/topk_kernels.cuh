@@ -480,6 +480,52 @@ __device__ void find_bin(const uint32_t* hist, int dbits, int kk, BlockScratch& 
   __syncthreads();
 }
 
+// find_bin over 2048 bins by warp 0 alone: chunks of 128 bins from the top
+// (one conflict-free 16-byte load a lane, one __reduce_add_sync), down to the
+// chunk where the count reaches kk, then a lane scan inside it; s.bin /
+// s.above / s.count as find_bin sets them (s.bin untouched if the bins hold
+// fewer than kk). One block barrier (the last), where find_bin's block scan
+// takes three more: the sampled-rows kernel's estimate runs beside two
+// other blocks' gathers, where every barrier waits on the slowest warp.
+__device__ __forceinline__ void find_bin2048_warp0(const uint32_t* hist, int kk, BlockScratch& s) {
+  if ((threadIdx.x >> 5) == 0) {
+    const int lane = int(threadIdx.x) & 31;
+    int acc = 0;  // the counts above chunk i
+    for (int i = 0; i < 16; ++i) {
+      const int base = 2048 - 128 * i - 4 * (lane + 1);  // lane 0: the chunk's top 4 bins
+      const uint4 v = *reinterpret_cast<const uint4*>(hist + base);
+      const int sum = int(v.x + v.y + v.z + v.w);
+      const int tot = int(__reduce_add_sync(0xffffffffu, uint32_t(sum)));
+      if (acc + tot >= kk) {  // (uniform)
+        int inc = sum;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, inc, d);
+          if (lane >= d) inc += y;
+        }
+        const uint32_t hit = __ballot_sync(0xffffffffu, acc + inc >= kk);
+        if (lane == __ffs(hit) - 1) {
+          int a = acc + inc - sum;
+          const int h[4] = {int(v.w), int(v.z), int(v.y), int(v.x)};  // bins base + 3 .. base
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (a + h[j] >= kk) {
+              s.bin = base + 3 - j;
+              s.above = a;
+              s.count = h[j];
+              break;
+            }
+            a += h[j];
+          }
+        }
+        break;
+      }
+      acc += tot;
+    }
+  }
+  __syncthreads();
+}
+
 // The 22-bit prefix of the m-th largest of a block's 32-bit ordered sample
 // scores (1 <= m <= their count): two 11-bit passes (one when the m-th is
 // the lowest of its first bin), the bins' lower edge, as select_passes<22>
@@ -532,7 +578,7 @@ __device__ uint32_t sample_prefix22(Visit visit, int m, uint32_t* hist, BlockScr
 // tie ~1.5 samples a value at the m-th of 8K, and 64 rows of them declined
 // often enough to cost ~1 us a call); the caller then runs the radix
 // passes. tmax: the calling thread's largest sample (has: it holds one);
-// visit as sample_prefix22's; wred: 64 words of shared scratch. Its
+// visit as sample_prefix22's; hist: 16-byte aligned; wred: 64 words of shared scratch. Its
 // constants were chosen on ci/estimate_model.py, a numpy model of this
 // pass. Ends with a block barrier.
 template <class Visit>
@@ -554,7 +600,7 @@ __device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, i
     wred[w] = wmx;
     wred[32 + w] = wlo;
   }
-  if (threadIdx.x == 0) s.bin = -1;  // (find_bin leaves it if fewer than m are counted)
+  if (threadIdx.x == 0) s.bin = -1;  // (left so if fewer than m are counted)
   __syncthreads();
   const uint32_t hi = __reduce_max_sync(0xffffffffu, lane < nw ? wred[lane] : 0u);
   const uint32_t glo = __reduce_min_sync(0xffffffffu, lane < nw ? wred[32 + lane] : ~0u);
@@ -566,7 +612,7 @@ __device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, i
     if (o >= lo) atomicAdd(&hist[2047u - ((hi - o) >> sh)], 1u);
   });
   __syncthreads();
-  find_bin(hist, 11, m, s);
+  find_bin2048_warp0(hist, m, s);
   const int b = s.bin, E = s.count;
   if (b < 0 || (E > max(4, m >> 3) && sh > zb)) return false;
   // the bin's lowest score: hi - (2048 - b) 2^sh + 1, at least lo

@@ -134,8 +134,10 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
       }
     }
     if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[28] = m < S ? 2 - binned : 0;
-    __syncthreads();
     STK_CLOCK(1);
+    // binned: sample_est_binned's last barrier came after every read of
+    // the sample (and of hist): the buffer takes the candidates
+    if (!binned) __syncthreads();
     if (m < S && !binned) {
       SelState st{0ull, 0, int(m)};
       uint64_t Tm = 0;
@@ -148,7 +150,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
       select_passes<22>(ResSrc{smp, S, c, 0}, int(m), st, L.hist, s, nullptr, 0, nullptr, &Tm);
       est = Tm & 0xffffffff00000000ull;  // every column scoring >= the m-th sample score
     }
-    __syncthreads();  // the sample is read: the buffer takes the candidates
+    if (!binned) __syncthreads();  // the sample is read: the buffer takes the candidates
   }
   STK_CLOCK(2);
   // each warp streams its own span (no block barriers), else (a warp's

@@ -125,7 +125,7 @@ template <typename T>
 __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitWs ws) {
   pdl_begin(p);
   STK_CLOCK(0);
-  __shared__ uint32_t hist[kMaxBins];
+  __shared__ __align__(16) uint32_t hist[kMaxBins];  // (16-byte loads: find_bin2048_warp0)
   __shared__ BlockScratch s;
   __shared__ uint32_t smax;  // the largest sample's top 32 key bits (`sample22`)
   __shared__ uint32_t wred[64];  // sample_est_binned's per-warp maxima and minima
