@@ -126,6 +126,10 @@ path("rows,sampled-rows")  # sampled rows: sample + warp-span gather + select; o
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
 chk(long.to(torch.bfloat16), 2048, order="rank")  # (long[1] pile-up: a warp span overflows -> block gather)
 chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> exact streamed select
+path("rows,sampled-rows,estk")  # rows of a one-run sample (40000 here) estimated by sampled_est_kernel first
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
+chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), force_begin=5,
+    force_end=3, order="any")  # forced columns: the estimate kernel's tiles through load_ord
 # cluster kernel: resident rows (C = 16), streamed rows (C = 2: 131072 > 2 x ~46K columns) with the
 # sampled one-read gather, and its exact fallback (band: candidates overflow)
 if not NO_CLUSTER:

@@ -67,7 +67,7 @@ PYBIND11_MODULE(_C, m) {
       [](int64_t rows, int64_t width, int k, int dev, int dtype) -> size_t {
         TopkParams p = shape_params(rows, width, k, dtype);
         Plan plan = plan_topk(p, dev);
-        return plan.split ? split_workspace_bytes(p, plan) : 0;
+        return workspace_bytes(p, plan);
       },
       py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
   m.def(
@@ -107,8 +107,9 @@ PYBIND11_MODULE(_C, m) {
       py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
   m.def(
       "plan",
-      [](int64_t rows, int64_t width, int k, int dev, int dtype) -> py::dict {
+      [](int64_t rows, int64_t width, int k, int dev, int dtype, bool starts) -> py::dict {
         TopkParams p = shape_params(rows, width, k, dtype);
+        p.starts_mode = starts ? 1 : 0;
         Plan plan = plan_topk(p, dev);
         py::dict d;
         d["split"] = plan.split;
@@ -116,6 +117,7 @@ PYBIND11_MODULE(_C, m) {
         d["warp_m"] = plan.warp_m;
         d["sampled"] = plan.sampled;
         d["sampled_rows"] = plan.sampled_rows;
+        d["est_kernel"] = plan.est_kernel;
         d["cluster"] = plan.cluster;
         d["pdl"] = plan.pdl;
         d["tile"] = plan.tile;
@@ -132,7 +134,8 @@ PYBIND11_MODULE(_C, m) {
         d["cand_cap"] = p.cand_cap;
         return d;
       },
-      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0);
+      py::arg("rows"), py::arg("width"), py::arg("k"), py::arg("device"), py::arg("dtype") = 0,
+      py::arg("starts") = false);
   m.def(
       "topk",
       [](uintptr_t scores, int dtype, int64_t row_stride, int64_t rows, int64_t width, int k, int len_mode,
@@ -146,10 +149,10 @@ PYBIND11_MODULE(_C, m) {
         if (k < 1 || k > 4096) throw std::invalid_argument("k must be in [1, 4096]");
         p.dtype = dtype;
         Plan plan = plan_topk(p, dev);
-        if (plan.split) {
-          if (workspace == 0 || workspace_bytes < split_workspace_bytes(p, plan))
-            throw std::invalid_argument("workspace too small");
-          bind_workspace(p, plan, reinterpret_cast<void*>(workspace));
+        const size_t need = stk_nv::workspace_bytes(p, plan);
+        if (need > 0) {
+          if (workspace == 0 || workspace_bytes < need) throw std::invalid_argument("workspace too small");
+          bind_call_workspace(p, plan, reinterpret_cast<void*>(workspace));
         }
         launch_topk(p, plan, dtype, dev, stream);
       },

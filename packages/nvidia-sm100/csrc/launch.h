@@ -40,6 +40,7 @@ struct TopkParams {
   int sample_fixed;    // sampled-rows kernel: every row takes sample_runs runs (else one per started 64K columns, at most sample_runs)
   int sample_bins;     // sampled split / sampled rows: est by one binned pass first (sample_est_binned; off: SPARSETOPK_NV_PATH=sample22)
   int rows_bin;        // sampled rows: the k-th candidate from bins counted over the candidates (off: SPARSETOPK_NV_PATH=no-rbin)
+  uint64_t* rows_est;  // sampled rows with Plan::est_kernel: a word per row from sampled_est_kernel (the workspace)
 };
 
 struct SplitWs {
@@ -69,6 +70,7 @@ struct Plan {
   int warp_m = 1;    // lane values kept per lane (1: k <= 32, 2: k <= 64)
   bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
   bool sampled_rows = false;  // topk_sampled_rows_kernel (one 256-thread block per row)
+  bool est_kernel = false;    // sampled rows: their estimates first, by sampled_est_kernel (workspace: 8 bytes a row)
   int cluster = 0;       // > 0: one cluster of this many blocks per row (topk_cluster_kernel)
   bool tile = false;     // topk_tile_kernel (rows of one tile, k <= 64) instead of topk_rows_kernel
   bool pdl = false;      // launch with programmatic dependent launch (SPARSETOPK_NV_PATH=no-pdl: off)
@@ -91,6 +93,9 @@ struct MergeParams {
 
 Plan plan_topk(TopkParams& p, int dev);
 size_t split_workspace_bytes(const TopkParams& p, const Plan& plan);
+// the workspace a call of this plan needs (0: none) and binding it
+size_t workspace_bytes(const TopkParams& p, const Plan& plan);
+void bind_call_workspace(TopkParams& p, Plan& plan, void* ws);
 // byte offsets of the split workspace's parts (bind_workspace's layout)
 struct SplitWsOffsets {
   size_t cand, hist, state, grain, counts;

@@ -92,6 +92,7 @@ __device__ __forceinline__ void pdl_begin(const TopkParams& p) {
 #include "topk_cluster.cuh"
 #include "topk_split_items.cuh"
 #include "topk_sampled_rows.cuh"
+#include "topk_sampled_est.cuh"
 namespace stk_nv {
 
 // ----------------------------------------------------------------------------
@@ -182,6 +183,9 @@ static const DevInfo& dev_info(int dev) {
     allow_smem(topk_sampled_rows_kernel<float>, lim);
     allow_smem(topk_sampled_rows_kernel<bf16_tag>, lim);
     allow_smem(topk_sampled_rows_kernel<f16_tag>, lim);
+    allow_smem(sampled_est_kernel<float>, lim);
+    allow_smem(sampled_est_kernel<bf16_tag>, lim);
+    allow_smem(sampled_est_kernel<f16_tag>, lim);
     // (split_sample_kernel uses static shared memory only)
     allow_smem(merge_kernel, lim);
     allow_smem(merge_bucket_kernel, lim);
@@ -257,6 +261,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
     else
       go(topk_warp_kernel<T, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
   } else if (plan.sampled_rows) {
+    if (plan.est_kernel)
+      go(sampled_est_kernel<T>, dim3(unsigned((p.rows + kEstWarps - 1) / kEstWarps)), kEstBlock,
+         size_t(kEstWarps) * kMaxBins * 4, 0, p);
     go(topk_sampled_rows_kernel<T>, per_row, plan.block, size_t(plan.smem), 0, p);
   } else if (plan.split && plan.sampled) {
     const SplitWs ws = plan.ws;
@@ -345,6 +352,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   no-rbin       the sampled-rows kernel selects the k-th candidate by
 //                 radix passes and writes by finish (default: from counts
 //                 of the candidates' bins, cand_kth_binned, and finish_cand)
+//   estk, no-estk sampled_est_kernel before the sampled-rows kernel always /
+//                 never: rows of a one-run sample take their estimate from
+//                 it (default: where the buffer is <= 64K wide or rows have
+//                 starts; other rows sample in the sampled-rows kernel)
 // Read on every plan (host only), so workspace_bytes and topk agree.
 struct PathOpts {
   int split = -1;  // -1 auto, 0 never, 1 always
@@ -375,6 +386,7 @@ struct PathOpts {
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
   bool sample_bins = true;  // sampled split / sampled rows: the sample's est by one binned pass first
   bool rows_bin = true;  // sampled rows: the k-th candidate from candidate bins, finish_cand
+  int est_kernel = -1;  // sampled rows: one-run rows' estimates by sampled_est_kernel first (-1 auto, 0 never, 1 always)
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -428,6 +440,8 @@ static PathOpts path_opts() {
     else if (t == "no-chist") o.chist = false;
     else if (t == "sample22") o.sample_bins = false;
     else if (t == "no-rbin") o.rows_bin = false;
+    else if (t == "estk") o.est_kernel = 1;
+    else if (t == "no-estk") o.est_kernel = 0;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "wchunks", 8); n > 0) o.wchunks = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
@@ -436,7 +450,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-rbin, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-rbin, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -589,6 +603,14 @@ Plan plan_topk(TopkParams& p, int dev) {
     p.res_cap = 0;
     p.cand_cap = int(std::max<int64_t>(1024, (11 * int64_t(k) / 4 + 7) / 8 * 8));
     plan.sampled_rows = true;
+    // sampled_est_kernel where rows are likely one-run samples (<= 64K
+    // columns): the buffer is that narrow, or rows have starts (packed
+    // sequences side by side). Measured on the H200 (4096 rows, k = 2048,
+    // fp32): packed 64K+32K+16K+16K 432 -> 416 us, bf16 388 -> 363; but
+    // causal 128K rows (none decided) 750 -> 762, and an empty kernel in its
+    // place costs the same, so rows of unknown length over a wide buffer
+    // sample in the sampled-rows kernel.
+    plan.est_kernel = opt.est_kernel > 0 || (opt.est_kernel < 0 && (W <= 65536 || p.starts_mode != 0));
     p.sample_runs = opt.sample_runs;
     plan.block = 256;
     plan.smem = int(fixed_smem(p));
@@ -653,6 +675,18 @@ void bind_workspace(const TopkParams& p, Plan& plan, void* ws) {
   plan.ws.state = b + o.state;
   plan.ws.grain_out = reinterpret_cast<int64_t*>(b + o.grain);
   plan.ws.counts = reinterpret_cast<int*>(b + o.counts);
+}
+
+size_t workspace_bytes(const TopkParams& p, const Plan& plan) {
+  if (plan.split) return split_workspace_bytes(p, plan);
+  // (sampled rows: the estimate words whether or not est_kernel runs, since
+  // the plan's choice also depends on starts, which the size query lacks)
+  return plan.sampled_rows ? size_t(p.rows) * 8 : 0;
+}
+
+void bind_call_workspace(TopkParams& p, Plan& plan, void* ws) {
+  if (plan.split) bind_workspace(p, plan, ws);
+  if (plan.est_kernel) p.rows_est = static_cast<uint64_t*>(ws);
 }
 
 void split_row_state_layout(size_t* bytes, size_t* prefix, size_t* mode, size_t* hsh, size_t* how) {

@@ -480,49 +480,58 @@ __device__ void find_bin(const uint32_t* hist, int dbits, int kk, BlockScratch& 
   __syncthreads();
 }
 
-// find_bin over 2048 bins by warp 0 alone: chunks of 128 bins from the top
-// (one conflict-free 16-byte load a lane, one __reduce_add_sync), down to the
-// chunk where the count reaches kk, then a lane scan inside it; s.bin /
-// s.above / s.count as find_bin sets them (s.bin untouched if the bins hold
-// fewer than kk). One block barrier (the last), where find_bin's block scan
-// takes three more: the sampled-rows kernel's estimate runs beside two
-// other blocks' gathers, where every barrier waits on the slowest warp.
-__device__ __forceinline__ void find_bin2048_warp0(const uint32_t* hist, int kk, BlockScratch& s) {
-  if ((threadIdx.x >> 5) == 0) {
-    const int lane = int(threadIdx.x) & 31;
-    int acc = 0;  // the counts above chunk i
-    for (int i = 0; i < 16; ++i) {
-      const int base = 2048 - 128 * i - 4 * (lane + 1);  // lane 0: the chunk's top 4 bins
-      const uint4 v = *reinterpret_cast<const uint4*>(hist + base);
-      const int sum = int(v.x + v.y + v.z + v.w);
-      const int tot = int(__reduce_add_sync(0xffffffffu, uint32_t(sum)));
-      if (acc + tot >= kk) {  // (uniform)
-        int inc = sum;
+// find_bin over 2048 bins by one warp: chunks of 128 bins from the top (one
+// conflict-free 16-byte load a lane, one __reduce_add_sync), down to the
+// chunk where the count reaches kk, then a lane scan inside it; the lane
+// that finds the bin calls found(bin, above, count) (no lane does if the
+// bins hold fewer than kk). hist: 16-byte aligned.
+template <class Found>
+__device__ __forceinline__ void find_bin2048_warp(const uint32_t* hist, int kk, Found found) {
+  const int lane = int(threadIdx.x) & 31;
+  int acc = 0;  // the counts above chunk i
+  for (int i = 0; i < 16; ++i) {
+    const int base = 2048 - 128 * i - 4 * (lane + 1);  // lane 0: the chunk's top 4 bins
+    const uint4 v = *reinterpret_cast<const uint4*>(hist + base);
+    const int sum = int(v.x + v.y + v.z + v.w);
+    const int tot = int(__reduce_add_sync(0xffffffffu, uint32_t(sum)));
+    if (acc + tot >= kk) {  // (uniform)
+      int inc = sum;
 #pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-          const int y = __shfl_up_sync(0xffffffffu, inc, d);
-          if (lane >= d) inc += y;
-        }
-        const uint32_t hit = __ballot_sync(0xffffffffu, acc + inc >= kk);
-        if (lane == __ffs(hit) - 1) {
-          int a = acc + inc - sum;
-          const int h[4] = {int(v.w), int(v.z), int(v.y), int(v.x)};  // bins base + 3 .. base
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if (a + h[j] >= kk) {
-              s.bin = base + 3 - j;
-              s.above = a;
-              s.count = h[j];
-              break;
-            }
-            a += h[j];
-          }
-        }
-        break;
+      for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d) inc += y;
       }
-      acc += tot;
+      const uint32_t hit = __ballot_sync(0xffffffffu, acc + inc >= kk);
+      if (lane == __ffs(hit) - 1) {
+        int a = acc + inc - sum;
+        const int h[4] = {int(v.w), int(v.z), int(v.y), int(v.x)};  // bins base + 3 .. base
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (a + h[j] >= kk) {
+            found(base + 3 - j, a, h[j]);
+            break;
+          }
+          a += h[j];
+        }
+      }
+      break;
     }
+    acc += tot;
   }
+}
+
+// find_bin2048_warp by warp 0 into s.bin / s.above / s.count, as find_bin
+// sets them (s.bin untouched if the bins hold fewer than kk). One block
+// barrier (the last), where find_bin's block scan takes three more: the
+// sampled-rows kernel's estimate runs beside two other blocks' gathers,
+// where every barrier waits on the slowest warp.
+__device__ __forceinline__ void find_bin2048_warp0(const uint32_t* hist, int kk, BlockScratch& s) {
+  if ((threadIdx.x >> 5) == 0)
+    find_bin2048_warp(hist, kk, [&](int bin, int above, int count) {
+      s.bin = bin;
+      s.above = above;
+      s.count = count;
+    });
   __syncthreads();
 }
 

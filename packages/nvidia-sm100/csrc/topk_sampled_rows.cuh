@@ -44,10 +44,11 @@ __device__ __forceinline__ int64_t sample_col(int64_t f, int64_t tiles, int runs
 // i.i.d. rows, binomial tails) at half the sample's loads and select (H200,
 // fp32 prefill packed 64K+32K+16K+16K: 540 -> 520 us; causal 128K rows keep
 // two runs).
-__device__ __forceinline__ int sample_tiles(const TopkParams& p, int64_t n) {
+// nt: the sampled-rows kernel's threads (a tile each per run).
+__device__ __forceinline__ int sample_tiles(const TopkParams& p, int64_t n, int nt) {
   int r = min(kMaxSampleRuns, p.sample_runs);
   if (!p.sample_fixed) r = min(r, int(max(int64_t(1), (n + 65535) >> 16)));
-  return int(blockDim.x) * min(r, p.cand_cap / (4 * int(blockDim.x)));
+  return nt * min(r, p.cand_cap / (4 * nt));
 }
 
 template <typename T>
@@ -72,7 +73,17 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
   const int cap = p.cand_cap;
   uint64_t est = 0;  // 0: every key is a candidate (rows that fit the buffer)
   int bsh = -1;      // >= 0: the candidates' bin shift (split_cand_bin from est; p.rows_bin)
-  if (n > cap) {
+  // sampled_est_kernel's word for this row (est_kernel), else 0: sample here.
+  // Read only for rows that kernel may decide (a one-run sample): the load
+  // sits in front of the block's work.
+  const uint64_t eword = p.rows_est != nullptr && n > cap && sample_tiles(p, n, int(blockDim.x)) <= int(blockDim.x)
+                             ? p.rows_est[blockIdx.x]
+                             : 0ull;
+  if (eword != 0) {
+    est = eword & 0xffffffff00000000ull;
+    bsh = int(eword & 0xffu) - 1;
+    if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[28] = 3;
+  } else if (n > cap) {
     // sample: sample_tiles() tiles of 8 columns (1 or 2 per thread by
     // default), spread evenly over the row's aligned tile grid, all loads
     // issued before any is used (measured on the H200, causal 128K prefill:
@@ -80,7 +91,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
     // estimate's spread small: binomial tails put ~4e-6 of i.i.d. rows on
     // the fallback, 6e-4 with one run)
     uint32_t* smp = reinterpret_cast<uint32_t*>(L.cand);  // 2 cap scores fit
-    const int runs = sample_tiles(p, n);
+    const int runs = sample_tiles(p, n, int(blockDim.x));
     const int64_t f = gsrc.first();
     const int64_t tiles = (gsrc.end() - f + kItems - 1) / kItems;
     const int used = int(min(tiles, int64_t(runs)));

@@ -21,7 +21,10 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
   when the candidates overflow or number < k (band, const); the k-th
   candidate from counts of their bins, or by radix passes over them where
   the sample gave no bins ("sample22") or the k-th key's bin is open or
-  crowded, and by select_passes + finish with "no-rbin");
+  crowded, and by select_passes + finish with "no-rbin"; with "estk" (and by
+  default where rows have starts or the buffer is <= 64K wide) rows of a
+  one-run sample take their estimate from sampled_est_kernel, launched
+  first, and "no-estk" samples them in the kernel);
 - the cluster kernel ("cluster", "cluster=N": one thread-block cluster of N
   blocks per row, N = 1..16, not only powers of two): resident rows,
   streamed rows (rows longer than N x ~46K columns: sample, one-read gather,
@@ -50,6 +53,7 @@ pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and th
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
          "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sample22", "rows,sampled-rows,no-rbin",
+         "rows,sampled-rows,estk", "rows,sampled-rows,no-estk",
          "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
          "split,no-balanced", "split,no-cspan", "split,no-chist", "split,sample22"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
@@ -299,6 +303,10 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(7, 1 << 20, 2048, 0)["cluster"] >= 2  # fewer rows: the cluster kernel
     p = C.plan(4096, 131072, 2048, 0)
     assert not p["split"] and not p["cluster"] and p["sampled_rows"]  # prefill: sampled rows
+    # its estimate kernel first where rows are likely one-run samples: starts (packed), or a buffer <= 64K wide
+    assert not p["est_kernel"] and C.plan(4096, 131072, 2048, 0, starts=True)["est_kernel"]
+    assert C.plan(4096, 65536, 2048, 0)["sampled_rows"] and C.plan(4096, 65536, 2048, 0)["est_kernel"]
+    assert C.workspace_bytes(4096, 131072, 2048, 0) == 4096 * 8  # (its words, whether or not it runs)
     assert not C.plan(4096, 32768, 2048, 0)["sampled_rows"]  # rows that fit stay resident (rows kernel)
     assert not C.plan(4096, 131072, 512, 0)["sampled_rows"]  # smaller k: not measured there
     assert not C.plan(4096, 1 << 20, 2048, 0)["sampled_rows"]  # rows past 256K: the sample floor's candidates
@@ -319,6 +327,11 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(4096, 131072, 2048, 0)["online"] and not C.plan(4096, 131072, 2048, 0)["sampled_rows"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows")
     assert C.plan(4, 5000, 16, 0)["sampled_rows"]
+    assert C.plan(4, 5000, 16, 0)["est_kernel"] and not C.plan(4, 1 << 17, 16, 0)["est_kernel"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,estk")
+    assert C.plan(4, 1 << 17, 16, 0)["est_kernel"]
+    monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,no-estk")
+    assert not C.plan(4, 5000, 16, 0, starts=True)["est_kernel"]
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "rows,sampled-rows,sruns=4,sruns-fixed,stampblock=7,no-cspan,no-pdl,cluster=7")
     assert C.plan(3, 5000, 16, 0)["cluster"] == 7
     assert not C.plan(3, 5000, 16, 0)["pdl"]

@@ -297,15 +297,19 @@ def test_cand_hist_regimes(monkeypatch, dtype):
     assert all(e[i] <= (64 if dtype == torch.float32 else 400) for i in (0, 5, 6, 7)), where  # a few keys
 
 
-@pytest.mark.parametrize("path", ["rows,sampled-rows", "rows,sampled-rows,sample22"])
+@pytest.mark.parametrize("path", ["rows,sampled-rows", "rows,sampled-rows,estk", "rows,sampled-rows,sample22",
+                                  "rows,sampled-rows,no-estk"])
 @pytest.mark.parametrize("n", [20000, 40000, 70000, 131072])
 def test_sampled_rows_estimate(monkeypatch, path, n):
     """The sampled-rows kernel's estimate, from its stamps (one stamped block,
     `stampblock=`): est from the binned pass on a normal row of any length
     (the radix passes under ``sample22``, or where the row's sample holds
-    +inf), and the candidates it gathers (keys >= est) number between k and
-    its buffer's 11 k / 4, so that the fast path runs; outputs against the
-    reference."""
+    +inf), run by sampled_est_kernel ahead of the kernel under ``estk``
+    where the sample is one run (n <= 64K; not by default here: a 128K
+    buffer without starts); that estimate must be the kernel's own (the
+    same number of candidates as under ``no-estk``); the
+    candidates gathered (keys >= est) number between k and the buffer's
+    11 k / 4, so that the fast path runs; outputs against the reference."""
     from sparsetopk_nvidia_sm100._backend import _ext
 
     C = _ext()
@@ -316,6 +320,7 @@ def test_sampled_rows_estimate(monkeypatch, path, n):
     lens = torch.full((rows,), n, dtype=torch.int32)
     xd, ld = x.cuda(), lens.cuda()
     ref = sparsetopk.topk(x, K, lengths=lens, order="any", backend="reference")
+    estk = "estk" in path.split(",") and n <= 65536
     for r in range(rows):
         monkeypatch.setenv("SPARSETOPK_NV_PATH", f"{path},stamps,stampblock={r}")
         assert C.plan(rows, width, K, 0)["sampled_rows"]
@@ -323,9 +328,14 @@ def test_sampled_rows_estimate(monkeypatch, path, n):
         torch.cuda.synchronize()
         t = [int(v) for v in C.cluster_stamps()]
         assert t[29] == n, (r, t[29])
-        want = 2 if "sample22" in path or r == 3 else 1
+        want = 2 if "sample22" in path or r == 3 else (3 if estk else 1)
         assert t[28] == want, f"row {r} (n={n}): est from {t[28]}, want {want}"
         assert K <= t[30] <= 11 * K // 4, f"row {r} (n={n}): {t[30]} candidates"
+        if estk:  # the same est as the sampled-rows kernel's own pass
+            monkeypatch.setenv("SPARSETOPK_NV_PATH", f"{path},no-estk,stamps,stampblock={r}")
+            sparsetopk.topk(xd, K, lengths=ld, order="any", backend=BK)
+            torch.cuda.synchronize()
+            assert int(C.cluster_stamps()[30]) == t[30], (r, n)
         assert torch.equal(torch.sort(res.indices[r].cpu()).values, torch.sort(ref.indices[r]).values), r
 
 
