@@ -612,7 +612,7 @@ Plan plan_topk(TopkParams& p, int dev) {
     // sample in the sampled-rows kernel.
     plan.est_kernel = opt.est_kernel > 0 || (opt.est_kernel < 0 && (W <= 65536 || p.starts_mode != 0));
     p.sample_runs = opt.sample_runs;
-    plan.block = 256;
+    plan.block = kSampledRowsBlock;
     plan.smem = int(fixed_smem(p));
   } else {
     p.cand_cap = int(std::min<int64_t>(16384, std::max<int64_t>(1024, 4 * int64_t(k))));

@@ -567,6 +567,50 @@ __device__ uint32_t sample_prefix22(Visit visit, int m, uint32_t* hist, BlockScr
   return prefix;
 }
 
+// sample_est_binned's arithmetic, shared with sampled_est_kernel (which
+// computes the same est with one warp a row).
+// G: groups of G adjacent threads (of nt), the least of the groups' largest
+// samples bounding the bins from below; the largest power of two <= 32 with
+// nt / G >= m, or 0 (no groups) where m > nt.
+__device__ __forceinline__ int sample_groups(int m, int nt) {
+  int G = 0;
+  if (m <= nt)
+    for (G = 1; G < 32 && nt / (2 * G) >= m;) G *= 2;
+  return G;
+}
+// the bins' lowest score: 2048 bins of 2^17 (2^15 without groups) below
+// hi, no lower than glo (the least group maximum; ~0u: none)
+__device__ __forceinline__ uint32_t sample_bins_lo(uint32_t hi, uint32_t glo, int G) {
+  uint32_t lo = hi - min(hi, (2048u << (G > 0 ? 17 : 15)) - 1u);
+  if (glo != ~0u) lo = max(lo, glo);
+  return lo;
+}
+// the bins' shift: (hi - lo) >> sh < 2048
+__device__ __forceinline__ int sample_bins_shift(uint32_t hi, uint32_t lo) {
+  return max(0, (32 - __clz(hi - lo)) - 11);
+}
+// est from the m-th sample's bin b (E samples in it; b < 0: fewer than m in
+// the bins), or false where that bin is too crowded for a coarse bin (zb:
+// score_zero_bits, bins no finer than the scores)
+__device__ __forceinline__ bool sample_bin_est(uint32_t hi, uint32_t lo, int sh, int b, int E, int m, int zb,
+                                               uint32_t* est) {
+  if (b < 0 || (E > max(4, m >> 3) && sh > zb)) return false;
+  // the bin's lowest score: hi - (2048 - b) 2^sh + 1, at least lo
+  const int64_t edge = int64_t(hi) - (int64_t(2048 - b) << sh) + 1;
+  *est = uint32_t(max(edge, int64_t(lo)));
+  return true;
+}
+// the candidates' bin shift: bins spanning twice the distance from est to
+// the largest sample mx (split_cand_bin; SplitRowState::hsh is 1 + this)
+__device__ __forceinline__ int cand_bin_shift(uint32_t mx, uint32_t est) {
+  return max(0, (64 - __clzll(2 * uint64_t(mx - est) + 1)) - 11);
+}
+// the samples whose m-th largest score is the estimate: 8 k / 5 of the
+// row's n scaled to the S sampled, at least 16 (n > 0)
+__device__ __forceinline__ int64_t sample_m(int k, int S, int64_t n) {
+  return max(int64_t(16), (8 * int64_t(k) * S + 5 * n - 1) / (5 * n));
+}
+
 // est <= the m-th largest of a block's 32-bit ordered sample scores from
 // ONE histogram pass (sample_prefix22 takes two): 2048 bins of 2^sh scores
 // down from mx, the largest sample, to lo, counting only the samples >= lo
@@ -594,9 +638,7 @@ template <class Visit>
 __device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, int zb, uint32_t* hist,
                                   uint32_t* wred, BlockScratch& s, uint32_t* est, uint32_t* mx) {
   const int nt = int(blockDim.x), lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5, nw = (nt + 31) >> 5;
-  int G = 0;  // (uniform)
-  if (m <= nt)
-    for (G = 1; G < 32 && nt / (2 * G) >= m;) G *= 2;
+  const int G = sample_groups(m, nt);  // (uniform)
   uint32_t gmx = has ? tmax : 0u, ghas = has ? 1u : 0u;
   for (int d = 1; d < G; d <<= 1) {
     gmx = max(gmx, __shfl_xor_sync(0xffffffffu, gmx, d));
@@ -614,20 +656,14 @@ __device__ bool sample_est_binned(Visit visit, uint32_t tmax, bool has, int m, i
   const uint32_t hi = __reduce_max_sync(0xffffffffu, lane < nw ? wred[lane] : 0u);
   const uint32_t glo = __reduce_min_sync(0xffffffffu, lane < nw ? wred[32 + lane] : ~0u);
   *mx = hi;
-  uint32_t lo = hi - min(hi, (2048u << (G > 0 ? 17 : 15)) - 1u);
-  if (glo != ~0u) lo = max(lo, glo);
-  const int sh = max(0, (32 - __clz(hi - lo)) - 11);  // (hi - lo) >> sh < 2048
+  const uint32_t lo = sample_bins_lo(hi, glo, G);
+  const int sh = sample_bins_shift(hi, lo);
   visit([&](uint32_t o) {
     if (o >= lo) atomicAdd(&hist[2047u - ((hi - o) >> sh)], 1u);
   });
   __syncthreads();
   find_bin2048_warp0(hist, m, s);
-  const int b = s.bin, E = s.count;
-  if (b < 0 || (E > max(4, m >> 3) && sh > zb)) return false;
-  // the bin's lowest score: hi - (2048 - b) 2^sh + 1, at least lo
-  const int64_t edge = int64_t(hi) - (int64_t(2048 - b) << sh) + 1;
-  *est = uint32_t(max(edge, int64_t(lo)));
-  return true;
+  return sample_bin_est(hi, lo, sh, s.bin, s.count, m, zb, est);
 }
 
 // The low bits of a 32-bit ordered score that are zero for every score of T

@@ -50,14 +50,14 @@ __global__ void __launch_bounds__(kEstBlock, 2) sampled_est_kernel(TopkParams p)
   const int64_t n = c.n;
   const int k = p.k;
   uint64_t word = 0;
-  // the sampled-rows kernel's sample of this row (256 threads there)
-  const int runs = sample_tiles(p, n, 256);
+  // the sampled-rows kernel's sample of this row
+  const int runs = sample_tiles(p, n, kSampledRowsBlock);
   const int64_t f = gsrc.first();
   const int64_t tiles = (gsrc.end() - f + kItems - 1) / kItems;
   const int used = int(min(tiles, int64_t(runs)));
   const int S = used * kItems;
-  const int64_t m = n > 0 ? max(int64_t(16), (8 * int64_t(k) * S + 5 * n - 1) / (5 * n)) : 0;
-  if (n > k && n > p.cand_cap && p.sample_bins && m < S && runs <= 256) {
+  const int64_t m = n > 0 ? sample_m(k, S, n) : 0;
+  if (n > k && n > p.cand_cap && p.sample_bins && m < S && runs <= kSampledRowsBlock) {
     // Tile t (of the kernel's thread t % 256) is lane t % 32's, turn t / 32;
     // tm[j]: the largest sample of that thread, j = (t / 32) % 8, so that
     // lo (the least of the maxima of groups of G adjacent threads) is
@@ -89,9 +89,7 @@ __global__ void __launch_bounds__(kEstBlock, 2) sampled_est_kernel(TopkParams p)
     // hold a forced column (rare) goes tile by tile through load_ord.
     for (int pass = 0; pass < 2; ++pass) {
       if (pass == 1) {
-        int G = 0;  // (uniform)
-        if (m <= 256)
-          for (G = 1; G < 32 && 256 / (2 * G) >= m;) G *= 2;
+        const int G = sample_groups(int(m), kSampledRowsBlock);  // (uniform)
         uint32_t glo = ~0u;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -106,9 +104,8 @@ __global__ void __launch_bounds__(kEstBlock, 2) sampled_est_kernel(TopkParams p)
         }
         hi = __reduce_max_sync(0xffffffffu, hi);
         glo = __reduce_min_sync(0xffffffffu, glo);
-        lo = hi - min(hi, (2048u << (G > 0 ? 17 : 15)) - 1u);
-        if (glo != ~0u) lo = max(lo, glo);
-        sh = max(0, (32 - __clz(int(hi - lo))) - 11);  // (hi - lo) >> sh < 2048
+        lo = sample_bins_lo(hi, glo, G);
+        sh = sample_bins_shift(hi, lo);
         uint4* h4 = reinterpret_cast<uint4*>(hist);
         for (int i = lane; i < kMaxBins / 4; i += 32) h4[i] = make_uint4(0, 0, 0, 0);
         __syncwarp();
@@ -185,13 +182,9 @@ __global__ void __launch_bounds__(kEstBlock, 2) sampled_est_kernel(TopkParams p)
       const int src = __ffs(who) - 1;
       bin = __shfl_sync(0xffffffffu, bin, src);
       E = __shfl_sync(0xffffffffu, E, src);
-      if (E <= max(4, int(m >> 3)) || sh <= score_zero_bits<T>()) {
-        const int64_t edge = int64_t(hi) - (int64_t(2048 - bin) << sh) + 1;
-        const uint32_t e32 = uint32_t(max(edge, int64_t(lo)));
-        // bins spanning twice the distance from est to the largest sample
-        const int bsh = max(0, (64 - __clzll(2 * uint64_t(hi - e32) + 1)) - 11);
-        word = (uint64_t(e32) << 32) | kEstSet | uint64_t(bsh + 1);
-      }
+      uint32_t e32 = 0;
+      if (sample_bin_est(hi, lo, sh, bin, E, int(m), score_zero_bits<T>(), &e32))
+        word = (uint64_t(e32) << 32) | kEstSet | uint64_t(cand_bin_shift(hi, e32) + 1);
     }
   }
   if (lane == 0) p.rows_est[r] = word;

@@ -37,6 +37,8 @@ __device__ __forceinline__ int64_t sample_col(int64_t f, int64_t tiles, int runs
                                     : int64_t(t));
 }
 
+constexpr int kSampledRowsBlock = 256;  // topk_sampled_rows_kernel's threads (Plan::block)
+
 // Sample tiles of a row of n columns: one run (a tile per thread) per
 // started 64K columns, p.sample_runs at most (p.sample_fixed: always
 // p.sample_runs). A run at 64K columns puts m ~ 100 sample scores above
@@ -52,7 +54,7 @@ __device__ __forceinline__ int sample_tiles(const TopkParams& p, int64_t n, int 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p) {
+__global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel(TopkParams p) {
   pdl_begin(p);
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
@@ -120,7 +122,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
         }
       }
     }
-    const int64_t m = max(int64_t(16), (8 * int64_t(k) * S + 5 * n - 1) / (5 * n));
+    const int64_t m = sample_m(k, S, n);
     // one pass of bins below the largest sample, else (declined, or
     // `sample22`) the radix passes
     bool binned = false;
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(256, 3) topk_sampled_rows_kernel(TopkParams p)
         est = uint64_t(e32) << 32;
         // bins spanning twice the distance from est to the largest sample
         // (as the sampled split's final kernel: SplitRowState::hsh)
-        bsh = max(0, (64 - __clzll(2 * uint64_t(mx - e32) + 1)) - 11);
+        bsh = cand_bin_shift(mx, e32);
       }
     }
     if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[28] = m < S ? 2 - binned : 0;

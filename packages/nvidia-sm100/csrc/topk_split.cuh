@@ -206,8 +206,7 @@ __global__ void __launch_bounds__(1024) split_sample_kernel(TopkParams p, SplitW
     est = uint64_t(pre) << 32;
     // the final kernel's candidate bins: their span from the largest sample
     if (ws.chist) {
-      const uint64_t span = 2 * uint64_t(mx - pre) + 1;
-      hsh = 1 + max(0, (64 - __clzll(span)) - 11);
+      hsh = 1 + cand_bin_shift(mx, pre);
     }
   }
   STK_CLOCK(1);
