@@ -22,6 +22,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("kernels", nargs="*", default=["topk_sampled_rows_kernel<float>"])
 ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
 ap.add_argument("--min", type=int, default=8, help="smallest loop listed (instructions)")
+ap.add_argument("--spills", action="store_true", help="also list each local load / store (LDL / STL) and its loop")
 args = ap.parse_args()
 csrc = os.path.join(args.root, "packages", "nvidia-sm100", "csrc")
 lines = open(os.path.join(csrc, "topk.cu")).read().split("\n")
@@ -53,6 +54,7 @@ for f in sass.split("Function : ")[1:]:
     ins = [(int(m.group(1), 16), m.group(2).strip())
            for m in (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", ln) for ln in f.split("\n")) if m]
     print(f"{name}: {len(ins)} instructions")
+    loops = []
     for a, t in ins:
         m = re.search(r"BRA (0x[0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a:
@@ -60,3 +62,9 @@ for f in sass.split("Function : ")[1:]:
             tags = [k for k in ("STS", "LDG", "CCTL", "VOTE", "FSETP", "HSET2", "BAR") if any(k in x[1] for x in body)]
             if args.min <= len(body) < len(ins) // 2:
                 print(f"  loop {int(m.group(1), 16):#x}-{a:#x}: {len(body)} instructions {' '.join(tags)}")
+            loops.append((int(m.group(1), 16), a, len(body)))
+    for a, t in ins if args.spills else []:
+        if re.match(r"(@!?U?P\w+\s+)?(LDL|STL)", t):
+            inner = min((lp for lp in loops if lp[0] <= a <= lp[1]), key=lambda lp: lp[2], default=None)
+            where = f"in loop {inner[0]:#x}-{inner[1]:#x} ({inner[2]})" if inner else "outside loops"
+            print(f"  {a:#x} {t}  {where}")
