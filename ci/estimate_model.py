@@ -11,7 +11,8 @@ for sampled rows).
 
 The model follows the kernel's arithmetic on the 32-bit ordered scores: sample
 runs of 8 columns spread over the row (one per thread; sampled rows: 1-2 per
-thread), m = max(16, c k S / n), groups of G adjacent threads (the largest
+thread), m = max(16, c k S / n) (sampled rows: at most mu + 5 sqrt(mu) + 2,
+mu = k S / n, as the kernel's sample_m), groups of G adjacent threads (the largest
 power of two <= 32 leaving >= m groups) whose least maximum is lo, bins capped
 at 2^17 (2^15 without groups) ordered scores, decline when fewer than m
 samples are counted or E > max(4, m / 8) with bins wider than the type's
@@ -102,6 +103,9 @@ def main():
                 per = per_of(n)
                 S = nt * per
                 m = max(16, (cn * k * S + cd * n - 1) // (cd * n))
+                if name == "sampled-rows":  # sample_m's binomial cap (float32 there; a bound, not bit-exact)
+                    mu = k * S / n
+                    m = max(16, min(m, int(mu + 5 * mu ** 0.5) + 2))
                 res = []
                 for _ in range(args.trials):
                     o = ordered(row(kind, n, rng))

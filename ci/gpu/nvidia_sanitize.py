@@ -126,6 +126,8 @@ path("rows,sampled-rows")  # sampled rows: sample + warp-span gather + select; o
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
 chk(long.to(torch.bfloat16), 2048, order="rank")  # (long[1] pile-up: a warp span overflows -> block gather)
 chk(band[:, :65536].contiguous(), 2048, order="index")  # > cand_cap candidates -> exact streamed select
+chk(long, 16, order="any")  # small k: the k-th key's bin list is short -> regions packed, radix select
+chk(long, 1, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="index")
 path("rows,sampled-rows,estk")  # rows of a one-run sample (40000 here) estimated by sampled_est_kernel first
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), order="any")
 chk(long, 2048, lengths=torch.tensor([40000, 1 << 17, 70000, 9], dtype=torch.int32, device=dev), force_begin=5,

@@ -40,6 +40,7 @@ struct TopkParams {
   int sample_fixed;    // sampled-rows kernel: every row takes sample_runs runs (else one per started 64K columns, at most sample_runs)
   int sample_bins;     // sampled split / sampled rows: est by one binned pass first (sample_est_binned; off: SPARSETOPK_NV_PATH=sample22)
   int rows_bin;        // sampled rows: the k-th candidate from bins counted over the candidates (off: SPARSETOPK_NV_PATH=no-rbin)
+  int rows_regions;    // sampled rows (rows_bin): the candidates read in the warps' regions, not packed (off: SPARSETOPK_NV_PATH=no-wreg)
   uint64_t* rows_est;  // sampled rows with Plan::est_kernel: a word per row from sampled_est_kernel (the workspace)
 };
 

@@ -352,6 +352,8 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   no-rbin       the sampled-rows kernel selects the k-th candidate by
 //                 radix passes and writes by finish (default: from counts
 //                 of the candidates' bins, cand_kth_binned, and finish_cand)
+//   no-wreg       ... and packs the warps' candidate regions first (default:
+//                 reads them in place, WarpRegions, finish_regions)
 //   estk, no-estk sampled_est_kernel before the sampled-rows kernel always /
 //                 never: rows of a one-run sample take their estimate from
 //                 it (default: where the buffer is <= 64K wide or rows have
@@ -386,6 +388,7 @@ struct PathOpts {
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
   bool sample_bins = true;  // sampled split / sampled rows: the sample's est by one binned pass first
   bool rows_bin = true;  // sampled rows: the k-th candidate from candidate bins, finish_cand
+  bool rows_regions = true;  // sampled rows: the candidates read in place in the warps' regions (rows_bin)
   int est_kernel = -1;  // sampled rows: one-run rows' estimates by sampled_est_kernel first (-1 auto, 0 never, 1 always)
 };
 
@@ -440,6 +443,7 @@ static PathOpts path_opts() {
     else if (t == "no-chist") o.chist = false;
     else if (t == "sample22") o.sample_bins = false;
     else if (t == "no-rbin") o.rows_bin = false;
+    else if (t == "no-wreg") o.rows_regions = false;
     else if (t == "estk") o.est_kernel = 1;
     else if (t == "no-estk") o.est_kernel = 0;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
@@ -450,7 +454,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-rbin, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, no-chist, sample22, no-rbin, no-wreg, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -474,6 +478,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.sample_fixed = opt.sample_fixed ? 1 : 0;
   p.sample_bins = opt.sample_bins ? 1 : 0;
   p.rows_bin = opt.rows_bin ? 1 : 0;
+  p.rows_regions = opt.rows_regions ? 1 : 0;
   p.cluster_span = opt.cluster_span ? 8 : 1;
   p.bulk = opt.bulk ? 1 : 0;
   p.legacy_gather = opt.legacy_gather ? 1 : 0;

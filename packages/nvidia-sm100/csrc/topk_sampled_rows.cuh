@@ -39,6 +39,70 @@ __device__ __forceinline__ int64_t sample_col(int64_t f, int64_t tiles, int runs
 
 constexpr int kSampledRowsBlock = 256;  // topk_sampled_rows_kernel's threads (Plan::block)
 
+// The candidates as gather_warps<..., kRegions> leaves them: warp w's cnt
+// keys at buf + w wcap, in index order, and the regions in warp order are
+// index order. Read in place they need no packing pass (on the H200, ncu of
+// the fp32 packed prefill cell: that pass over the whole buffer, its six
+// rounds of loads, block scans and stores, was ~8% of the kernel's
+// instructions). cnt: the calling warp's count (warp-uniform).
+struct WarpRegions {
+  uint64_t* buf;
+  int wcap, cnt;
+  __device__ __forceinline__ const uint64_t* mine() const { return buf + (int(threadIdx.x) >> 5) * wcap; }
+  // f(key) on the calling lane's share of its warp's keys
+  template <class F>
+  __device__ __forceinline__ void each(F f) const {
+    const uint64_t* r = mine();
+    for (int i = int(threadIdx.x) & 31; i < cnt; i += 32) f(r[i]);
+  }
+};
+
+// Packs the regions into buf[0, total) in order (gather_warps' in-place
+// packing), for the consumers of a packed buffer (finish_small, cand_select).
+// The caller synced after its last read of the regions; the packed buffer is
+// complete on return (compact_smem_inplace ends on its stores, not a barrier).
+__device__ __forceinline__ void pack_regions(const WarpRegions& g, BlockScratch& s) {
+  uint64_t* r = g.buf + (int(threadIdx.x) >> 5) * g.wcap;
+  for (int i = g.cnt + (int(threadIdx.x) & 31); i < g.wcap; i += 32) r[i] = stk::kInvalidKey;
+  __syncthreads();
+  compact_smem_inplace<4>(g.buf, (int(blockDim.x) >> 5) * g.wcap, 1ull, s);
+  __syncthreads();
+}
+
+// finish_cand on the regions: each warp counts its keys >= T, one block
+// barrier, and writes them in index order at the earlier warps' total
+// (wcnt: shared, a count a warp); ranked: into outbuf, then write_ranked.
+// No rounds of block scans over the candidates.
+__device__ void finish_regions(const WarpRegions& g, uint64_t T, int keff, int order, const OutRow& out,
+                               uint64_t* outbuf, int* wcnt) {
+  const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
+  const bool ranked = order == stk::kOrderRank && keff > 1;
+  const uint64_t* r = g.mine();
+  int mine = 0;
+  for (int i0 = 0; i0 < g.cnt; i0 += 32) mine += __popc(__ballot_sync(0xffffffffu, i0 + lane < g.cnt && r[i0 + lane] >= T));
+  if (lane == 0) wcnt[w] = mine;
+  __syncthreads();
+  int pos = 0;
+  for (int v = 0; v < w; ++v) pos += wcnt[v];
+  const uint32_t below = (1u << lane) - 1u;
+  for (int i0 = 0; i0 < g.cnt; i0 += 32) {
+    const int i = i0 + lane;
+    const uint64_t key = i < g.cnt ? r[i] : 0ull;
+    const uint32_t b = __ballot_sync(0xffffffffu, i < g.cnt && key >= T);
+    if ((b >> lane) & 1u) {
+      const int q = pos + __popc(b & below);
+      if (ranked) outbuf[q] = key;
+      else out.put(q, key);
+    }
+    pos += __popc(b);
+  }
+  if (ranked) {
+    __syncthreads();
+    write_ranked(outbuf, keff, out);
+  }
+  out.pad(keff);
+}
+
 // Sample tiles of a row of n columns: one run (a tile per thread) per
 // started 64K columns, p.sample_runs at most (p.sample_fixed: always
 // p.sample_runs). A run at 64K columns puts m ~ 100 sample scores above
@@ -171,11 +235,20 @@ __global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel
   // block-synchronous gather
   constexpr int V = 2;
   int got = cap + 1;
+  // regions: the candidates stay in the warps' regions (rows_bin and
+  // rows_regions; WarpRegions), else they are packed in L.cand[0, got)
+  bool regions = false;
+  WarpRegions g{L.cand, cap / (int(blockDim.x) >> 5), 0};
   if (p.warp_gather && fast_test_ok(c, est)) {
     // (H200, fp32 prefill causal / packed, sample groups and 22-bit select
     // on: 1152 / 648 us without the prefetch, 1109 / 629 at PF = 2, 1 to 4
     // alike, 8 and 16 slower; 2 KB ahead per warp)
-    got = gather_warps<V, true, 2, false>(gsrc, est, s, L.cand, cap);
+    got = gather_warps<V, true, 2, false, true>(gsrc, est, s, L.cand, cap, &g.cnt);
+    regions = got <= cap;
+    if (regions && !(p.rows_bin && p.rows_regions)) {  // (one gather loop in the kernel, not two)
+      pack_regions(g, s);
+      regions = false;
+    }
   }
   if (got > cap)
     got = gather_wide<V>(gsrc, est, s, [&](int pos, uint64_t key) {
@@ -189,6 +262,7 @@ __global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel
     return;
   }
   if (got <= int(blockDim.x)) {
+    if (regions) pack_regions(g, s);
     finish_small(L.cand, got, k, p.order, out, L.rankbuf);
     return;
   }
@@ -210,16 +284,34 @@ __global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel
       range[1] = 0;
     }
     __syncthreads();
-    cand_range_bins(L.cand, got, range, bsh >= 0 ? L.hist : nullptr, blo, bsh);
+    uint32_t* const bins = bsh >= 0 ? L.hist : nullptr;
+    if (regions) {
+      uint32_t lo = ~0u, hi = 0;
+      g.each([&](uint64_t v) { cand_fold(v, lo, hi, bins, blo, bsh); });
+      cand_range_merge(lo, hi, range);
+    } else {
+      cand_range_bins(L.cand, got, range, bins, blo, bsh);
+    }
     __syncthreads();
+    const int lcap = min(kBinListCap, p.out_cap);
+    bool have = false;
+    if (bsh >= 0)
+      have = regions ? cand_kth_binned_each([&](auto f) { g.each(f); }, L.hist, blo, bsh, k, L.outbuf, lcap, &nbin, s,
+                                            &kth)
+                     : cand_kth_binned(L.cand, got, L.hist, blo, bsh, k, L.outbuf, lcap, &nbin, s, &kth);
     uint64_t Tk;
-    if (bsh >= 0 && cand_kth_binned(L.cand, got, L.hist, blo, bsh, k, L.outbuf, min(kBinListCap, p.out_cap), &nbin, s,
-                                    &kth))
+    if (have) {
       Tk = kth;
-    else
+    } else {
+      if (regions) pack_regions(g, s);  // (cand_kth_binned's barriers follow the last read)
+      regions = false;
       Tk = cand_select(L.cand, got, range[0], range[1], k, L.hist, s);
+    }
     STK_CLOCK(4);
-    finish_cand(L.cand, got, Tk, k, p.order, out, L.outbuf, L.rankbuf);
+    if (regions)
+      finish_regions(g, Tk, k, p.order, out, L.outbuf, L.rankbuf);
+    else
+      finish_cand(L.cand, got, Tk, k, p.order, out, L.outbuf, L.rankbuf);
     STK_CLOCK(5);
     return;
   }

@@ -373,8 +373,12 @@ __device__ uint64_t cand_select(const uint64_t* cand, int n, uint32_t hmin, uint
 // a pass over the keys instead of cand_select's two or three radix passes
 // (each a clear, a count and a find_bin). Returns false (nothing decided)
 // if the k-th key lies in the open top bin or among more than lcap.
-__device__ bool cand_kth_binned(const uint64_t* cand, int n, const uint32_t* bins, uint32_t lo, int sh, int k,
-                                uint64_t* blist, int lcap, int* nb, BlockScratch& s, uint64_t* kth) {
+// each(f): calls f(key) on the calling thread's share of the candidates
+// (each candidate once over the block), whatever their layout.
+template <class Each>
+__device__ __forceinline__ bool cand_kth_binned_each(Each each, const uint32_t* bins, uint32_t lo, int sh, int k,
+                                                     uint64_t* blist, int lcap, int* nb, BlockScratch& s,
+                                                     uint64_t* kth) {
   if (threadIdx.x == 0) {
     s.bin = -1;
     *nb = 0;
@@ -383,13 +387,12 @@ __device__ bool cand_kth_binned(const uint64_t* cand, int n, const uint32_t* bin
   find_bin(bins, 11, k, s);
   const int b = s.bin, kk = k - s.above, E = s.count;
   if (b < 0 || b >= kMaxBins - 1 || E > lcap) return false;
-  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
-    const uint64_t key = cand[i];
+  each([&](uint64_t key) {
     if (int(split_cand_bin(uint32_t(key >> 32), lo, sh)) == b) {
       const int q = atomicAdd(nb, 1);
       if (q < E) blist[q] = key;
     }
-  }
+  });
   __syncthreads();
   for (int i = int(threadIdx.x); i < E; i += int(blockDim.x)) {  // keys are distinct: one has rank kk - 1
     const uint64_t x = blist[i];
@@ -399,6 +402,15 @@ __device__ bool cand_kth_binned(const uint64_t* cand, int n, const uint32_t* bin
   }
   __syncthreads();
   return true;
+}
+// ... of cand[0, n)
+__device__ bool cand_kth_binned(const uint64_t* cand, int n, const uint32_t* bins, uint32_t lo, int sh, int k,
+                                uint64_t* blist, int lcap, int* nb, BlockScratch& s, uint64_t* kth) {
+  return cand_kth_binned_each(
+      [&](auto f) {
+        for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) f(cand[i]);
+      },
+      bins, lo, sh, k, blist, lcap, nb, s, kth);
 }
 
 // Writes the keys >= T among cand[0, n) (keff of them) as finish() does: in

@@ -21,7 +21,8 @@ SPARSETOPK_NV_PATH (read by the extension on every call), against the
   when the candidates overflow or number < k (band, const); the k-th
   candidate from counts of their bins, or by radix passes over them where
   the sample gave no bins ("sample22") or the k-th key's bin is open or
-  crowded, and by select_passes + finish with "no-rbin"; with "estk" (and by
+  crowded, and by select_passes + finish with "no-rbin"; the candidates read
+  in place in the warps' regions, or packed first with "no-wreg"; with "estk" (and by
   default where rows have starts or the buffer is <= 64K wide) rows of a
   one-run sample take their estimate from sampled_est_kernel, launched
   first, and "no-estk" samples them in the kernel);
@@ -53,7 +54,7 @@ pytestmark = pytest.mark.skipif(not usable(), reason="needs a CUDA device and th
 PATHS = ["auto", "stream,online", "stream,no-online", "split", "split,legacy-split", "rows", "no-cluster",
          "cluster=1", "cluster=16", "split,legacy-gather", "cluster=3", "rows,sampled-rows",
          "rows,sampled-rows,block-gather", "rows,sampled-rows,sruns=1", "rows,sampled-rows,sample22", "rows,sampled-rows,no-rbin",
-         "rows,sampled-rows,estk", "rows,sampled-rows,no-estk",
+         "rows,sampled-rows,no-wreg", "rows,sampled-rows,estk", "rows,sampled-rows,no-estk",
          "rows,sampled-rows,sruns=4,sruns-fixed", "cluster=3,no-cspan", "split,no-pdl",
          "split,no-balanced", "split,no-cspan", "split,no-chist", "split,sample22"]
 KINDS = ["normal", "sorted", "sorted_desc", "band", "const", "specials", "blocky", "band_bf16ties"]
@@ -157,6 +158,22 @@ def test_paths_adversarial(path, kind, k):
     lengths = torch.tensor(lens, dtype=torch.int64, device=dev)
     for j, order in enumerate(["any", "rank", "index"]):
         _check(x, k, lengths=lengths, order=order, tie_break=("low", "high")[j % 2])
+
+
+@pytest.mark.parametrize("path", ["rows,sampled-rows", "rows,sampled-rows,estk"], indirect=True)
+@pytest.mark.parametrize("k", [1, 16, 64])
+def test_sampled_rows_small_k(path, k):
+    """Small k forced onto the sampled-rows kernel: ~16 n / S candidates a
+    row, whose k-th key's bin often holds more keys than its list (out_cap)
+    takes, so the warps' candidate regions are packed before the radix
+    select (and rows of <= 256 candidates before finish_small). Many rows,
+    so that a race around that packing shows (a missing barrier after it
+    gave 2-14 wrong rows in 419 in fuzz batches of this shape)."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"smallk|{path}|{k}".encode()))
+    x = torch.randn(419, 40000, generator=g).to(dev)
+    for j, order in enumerate(["any", "index", "rank"]):
+        _check(x, k, order=order, tie_break=("low", "high")[j % 2], index_scale=1 + j, index_offset=j)
 
 
 @pytest.mark.parametrize("path", ["auto", "stream,online", "split", "split,no-balanced", "split,legacy-split",
