@@ -238,17 +238,19 @@ __global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel
   // regions: the candidates stay in the warps' regions (rows_bin and
   // rows_regions; WarpRegions), else they are packed in L.cand[0, got)
   bool regions = false;
-  WarpRegions g{L.cand, cap / (int(blockDim.x) >> 5), 0};
+  int wc = 0;  // the warp's count in its region (set with regions)
   if (p.warp_gather && fast_test_ok(c, est)) {
     // (H200, fp32 prefill causal / packed, sample groups and 22-bit select
     // on: 1152 / 648 us without the prefetch, 1109 / 629 at PF = 2, 1 to 4
     // alike, 8 and 16 slower; 2 KB ahead per warp)
-    got = gather_warps<V, true, 2, false, true>(gsrc, est, s, L.cand, cap, &g.cnt);
+    got = gather_warps<V, true, 2, false, true>(gsrc, est, s, L.cand, cap, &wc);
     regions = got <= cap;
-    if (regions && !(p.rows_bin && p.rows_regions)) {  // (one gather loop in the kernel, not two)
-      pack_regions(g, s);
-      regions = false;
-    }
+  }
+  // (built after the gather: nothing of it is live across the gather loop)
+  const WarpRegions g{L.cand, cap / (int(blockDim.x) >> 5), wc};
+  if (regions && !(p.rows_bin && p.rows_regions)) {  // (one gather loop in the kernel, not two)
+    pack_regions(g, s);
+    regions = false;
   }
   if (got > cap)
     got = gather_wide<V>(gsrc, est, s, [&](int pos, uint64_t key) {
