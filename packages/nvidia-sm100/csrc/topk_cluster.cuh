@@ -940,14 +940,13 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
 // starting at a different step of its span, which lifts the pure read from
 // 3.6 to 4.0 TB/s, 133 vs 130 us.)
 // V: vectors per lane per step. kInPlace: the warp regions tile the whole
-// buffer (cap / warps keys each, twice the room per warp); their unused
-// tails are cleared to empty keys (0) and one in-place ordered compaction
-// packs them (the sampled-rows kernel, whose buffer has no spare half).
-// PF: warp_span_gather's L2 prefetch distance; Vote: its empty-vector skip.
-// kRegions (with kInPlace): no packing; *wcnt gets the calling warp's count,
-// its keys stay at buf + w (cap / warps), and the caller reads the regions
-// (WarpRegions) or packs them (pack_regions).
-template <int V, bool kInPlace, int PF, bool Vote, bool kRegions = false, typename T>
+// buffer (cap / warps keys each, twice the room per warp) and are not
+// packed: *wcnt gets the calling warp's count, its keys stay at buf + w
+// (cap / warps), and the caller reads the regions (WarpRegions) or packs
+// them (pack_regions; the sampled-rows kernel, whose buffer has no spare
+// half). PF: warp_span_gather's L2 prefetch distance; Vote: its
+// empty-vector skip.
+template <int V, bool kInPlace, int PF, bool Vote, typename T>
 __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& s, uint64_t* buf, int cap,
                             int* wcnt = nullptr) {
   constexpr int NV = GlobalSrc<T>::kVec;
@@ -973,13 +972,8 @@ __device__ int gather_warps(const GlobalSrc<T>& src, uint64_t thr, BlockScratch&
   const int total = s.count;
   if constexpr (kInPlace) {
     if (total < 0) return cap + 1;  // (uniform; s is next written after a barrier)
-    if constexpr (kRegions) {
-      *wcnt = cnt;
-      return total;
-    }
-    for (int i = cnt + lane; i < wcap; i += 32) reg[i] = stk::kInvalidKey;
-    __syncthreads();
-    return compact_smem_inplace<4>(buf, nw * wcap, 1ull, s);  // keys >= 1: every valid key
+    *wcnt = cnt;
+    return total;
   }
   if (total >= 0) {
     const int off = s.warp[w];

@@ -39,7 +39,7 @@ __device__ __forceinline__ int64_t sample_col(int64_t f, int64_t tiles, int runs
 
 constexpr int kSampledRowsBlock = 256;  // topk_sampled_rows_kernel's threads (Plan::block)
 
-// The candidates as gather_warps<..., kRegions> leaves them: warp w's cnt
+// The candidates as the in-place gather_warps leaves them: warp w's cnt
 // keys at buf + w wcap, in index order, and the regions in warp order are
 // index order. Read in place they need no packing pass (on the H200, ncu of
 // the fp32 packed prefill cell: that pass over the whole buffer, its six
@@ -48,7 +48,7 @@ constexpr int kSampledRowsBlock = 256;  // topk_sampled_rows_kernel's threads (P
 struct WarpRegions {
   uint64_t* buf;
   int wcap, cnt;
-  __device__ __forceinline__ const uint64_t* mine() const { return buf + (int(threadIdx.x) >> 5) * wcap; }
+  __device__ __forceinline__ uint64_t* mine() const { return buf + (int(threadIdx.x) >> 5) * wcap; }
   // f(key) on the calling lane's share of its warp's keys
   template <class F>
   __device__ __forceinline__ void each(F f) const {
@@ -57,12 +57,13 @@ struct WarpRegions {
   }
 };
 
-// Packs the regions into buf[0, total) in order (gather_warps' in-place
-// packing), for the consumers of a packed buffer (finish_small, cand_select).
+// Packs the regions into buf[0, total) in order: their unused tails cleared
+// to empty keys (0), one in-place ordered compaction of every valid key
+// (>= 1), for the consumers of a packed buffer (finish_small, cand_select).
 // The caller synced after its last read of the regions; the packed buffer is
 // complete on return (compact_smem_inplace ends on its stores, not a barrier).
 __device__ __forceinline__ void pack_regions(const WarpRegions& g, BlockScratch& s) {
-  uint64_t* r = g.buf + (int(threadIdx.x) >> 5) * g.wcap;
+  uint64_t* r = g.mine();
   for (int i = g.cnt + (int(threadIdx.x) & 31); i < g.wcap; i += 32) r[i] = stk::kInvalidKey;
   __syncthreads();
   compact_smem_inplace<4>(g.buf, (int(blockDim.x) >> 5) * g.wcap, 1ull, s);
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel
     // (H200, fp32 prefill causal / packed, sample groups and 22-bit select
     // on: 1152 / 648 us without the prefetch, 1109 / 629 at PF = 2, 1 to 4
     // alike, 8 and 16 slower; 2 KB ahead per warp)
-    got = gather_warps<V, true, 2, false, true>(gsrc, est, s, L.cand, cap, &wc);
+    got = gather_warps<V, true, 2, false>(gsrc, est, s, L.cand, cap, &wc);
     regions = got <= cap;
   }
   // (built after the gather: nothing of it is live across the gather loop)
