@@ -11,7 +11,8 @@
 # "Build"). The core package must be installed first (run_all.sh install).
 # Knobs: AB_ROUNDS (default 2), AB_SETS (default "long dsa prefill": long =
 # ab_long.py's AB_CELLS, default 16 x 1M and 64 x 1M; dsa = the bench's DSA
-# decode cells with MTP; prefill = its prefill cells), AB_PATHS
+# decode cells with MTP; prefill = its prefill cells; decode / anchor = its
+# k = 16 decode grid / anchor cells, in AB_DTYPE), AB_PATHS
 # (SPARSETOPK_NV_PATH values timed side by side, default auto).
 set -u
 cd "$(dirname "$0")/../.."
@@ -33,7 +34,9 @@ for ((i = 1; i <= rounds; i++)); do
         long) AB_LABEL=$name AB_REPEATS=1 AB_CELLS=${AB_CELLS:-16x1048576,64x1048576} timeout 200 $PY ci/gpu/ab_long.py $paths ;;
         dsa) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=dsa-decode:req+mtp1 timeout 200 $PY ci/gpu/ab_long.py $paths ;;
         prefill) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=prefill timeout 300 $PY ci/gpu/ab_long.py $paths ;;
-        *) echo "unknown set $set (long, dsa, prefill)" ;;
+        decode) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=decode timeout 200 $PY ci/gpu/ab_long.py $paths ;;
+        anchor) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=anchor timeout 200 $PY ci/gpu/ab_long.py $paths ;;
+        *) echo "unknown set $set (long, dsa, prefill, decode, anchor)" ;;
       esac 2>&1 | grep "^|"
     done
   done
