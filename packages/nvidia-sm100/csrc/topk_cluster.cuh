@@ -880,9 +880,9 @@ __device__ __forceinline__ int warp_span_gather(const GlobalSrc<T>& src, int64_t
         m = vec_select<T>(cur[v], m, vt);
         // Vote: sparse candidates (the split's ~2.5 k = ~5K in 1M columns at
         // k = 2048 leave about half the warp vectors empty, ncu at 16 x 1M):
-        // one vote skips the prefix and sink of an empty vector. Off where
-        // candidates are dense (sampled rows: ~1 in 40 columns, prefill
-        // 1068 -> 1095 us with it on the H200)
+        // one vote skips the prefix and sink of an empty vector. Dense
+        // candidates (sampled rows: ~1 in 40 columns; this vote cost prefill
+        // 1068 -> 1095 us on the H200) take body_dense instead (step).
         // At most one candidate a lane (nearly always, when candidates are
         // sparse): one ballot gives the prefix, not one per count bit.
         const uint32_t b = __ballot_sync(0xffffffffu, m != 0);
