@@ -650,32 +650,9 @@ struct VecThr {
   __device__ __forceinline__ explicit VecThr(uint64_t thr) {
     tf = __uint_as_float(stk::unordered_u32(uint32_t(thr >> 32)));
     th2 = 0;
-    if constexpr (sizeof(typename Scalar<T>::raw) == 2) {
-      uint16_t h;
-      if constexpr (std::is_same_v<T, bf16_tag>) h = __bfloat16_as_ushort(__float2bfloat16_ru(tf));
-      else h = __half_as_ushort(__float2half_ru(tf));
-      th2 = uint32_t(h) * 0x10001u;
-    }
+    if constexpr (sizeof(typename Scalar<T>::raw) == 2) th2 = thr16x2<T>(tf);
   }
 };
-
-// Bit i set iff column i of a 16-byte vector of 16-bit scores is >= both
-// halves of th2 (set.ge: NaN never; -0 >= +0): one
-// packed compare per two columns, the per-half masks (0xffff / 0) gathered
-// into bytes by two byte permutes, then into bits by one multiply (the bytes
-// hold disjoint bits, so their sum carries nothing).
-template <typename T>
-__device__ __forceinline__ uint32_t vec_ge16(const uint4& r, uint32_t th2) {
-  uint32_t m[4];
-  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    if constexpr (std::is_same_v<T, bf16_tag>) asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-    else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-  }
-  const uint32_t a = __byte_perm(m[0], m[1], 0x6420), b = __byte_perm(m[2], m[3], 0x6420);  // byte i: column i, i + 4
-  return (((a & 0x08040201u) | (b & 0x80402010u)) * 0x01010101u) >> 24;
-}
 
 // The fast test on one 16-byte vector of raw elements: the bits of mask
 // whose key is >= thr (VecThr: a score prefix), no column forced: x >= tf

@@ -103,6 +103,46 @@ template <> struct Scalar<f16_tag> {
   }
 };
 
+// 16-bit scores, two columns a packed instruction (the fast float tests of
+// the cluster / sampled-rows gathers and of the warp kernel).
+// th2: the smallest 16-bit value >= tf (tf above -inf) in both halves of a
+// word: a 16-bit x has x >= tf iff x >= it.
+template <typename T>
+__device__ __forceinline__ uint32_t thr16x2(float tf) {
+  uint16_t h;
+  if constexpr (std::is_same_v<T, bf16_tag>) h = __bfloat16_as_ushort(__float2bfloat16_ru(tf));
+  else h = __half_as_ushort(__float2half_ru(tf));
+  return uint32_t(h) * 0x10001u;
+}
+
+// Bit i set iff column i of a 16-byte vector of 16-bit scores is >= both
+// halves of th2 (set.ge: NaN never; -0 >= +0): one
+// packed compare per two columns, the per-half masks (0xffff / 0) gathered
+// into bytes by two byte permutes, then into bits by one multiply (the bytes
+// hold disjoint bits, so their sum carries nothing).
+template <typename T>
+__device__ __forceinline__ uint32_t vec_ge16(const uint4& r, uint32_t th2) {
+  uint32_t m[4];
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if constexpr (std::is_same_v<T, bf16_tag>) asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+    else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
+  }
+  const uint32_t a = __byte_perm(m[0], m[1], 0x6420), b = __byte_perm(m[2], m[3], 0x6420);  // byte i: column i, i + 4
+  return (((a & 0x08040201u) | (b & 0x80402010u)) * 0x01010101u) >> 24;
+}
+
+// Packed maximum of two words of 16-bit scores (max.{b}f16x2: a NaN half
+// yields the other operand's half, as fmaxf).
+template <typename T>
+__device__ __forceinline__ uint32_t max16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  if constexpr (std::is_same_v<T, bf16_tag>) asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // Per-row context shared by the sources.
 struct RowCtx {
   int64_t n;        // valid buffer columns 0..n-1

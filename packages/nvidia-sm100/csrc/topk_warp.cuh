@@ -492,18 +492,41 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
       // so survivors come from float compares and only they are
       // canonicalised, read back by position from the warp's staging copy
       // (registers cannot be indexed at run time).
+      // 16-bit scores stay packed: a max tree of 15 max.{b}f16x2 and 16
+      // packed compares (vec_ge16) instead of 32 widenings, 31 fmaxf and 32
+      // float compares a chunk
+      constexpr bool kPacked = sizeof(raw) == 2;
       float x[kWarpElems];
-      row.widen(cur, x);
-      const uint32_t cm = stk::ordered_canonical_u32(__float_as_uint(tree_fmax(x)));
+      uint32_t cm;
+      if constexpr (kPacked) {
+        uint32_t w[kNv];
+#pragma unroll
+        for (int v = 0; v < kNv; ++v)
+          w[v] = max16x2<T>(max16x2<T>(cur[v].x, cur[v].y), max16x2<T>(cur[v].z, cur[v].w));
+        static_assert(kNv == 4, "tree below is for 4 vectors");
+        uint32_t m = max16x2<T>(max16x2<T>(w[0], w[1]), max16x2<T>(w[2], w[3]));
+        m = max16x2<T>(m, __byte_perm(m, 0, 0x1032));  // both halves: the larger
+        cm = stk::ordered_canonical_u32(Scalar<T>::f32(raw(m & 0xffffu)));
+      } else {
+        row.widen(cur, x);
+        cm = stk::ordered_canonical_u32(__float_as_uint(tree_fmax(x)));
+      }
       if (__any_sync(0xffffffffu, cm >= Tadm)) {
         m1 = max(m1, cm);
         Tadm = max(warp_kth<1>(m1, 0u, k, sm.hist), 1u);
         uint32_t mask = 0;
         if (Tadm > stk::kOrderedNegInf) {
           const float t = __uint_as_float(stk::unordered_u32(Tadm));
+          if constexpr (kPacked) {
+            const uint32_t th2 = thr16x2<T>(t);
 #pragma unroll
-          for (int e = 0; e < kWarpElems; ++e) mask |= uint32_t(x[e] >= t) << e;
+            for (int v = 0; v < kNv; ++v) mask |= vec_ge16<T>(cur[v], th2) << (v * kEpv);
+          } else {
+#pragma unroll
+            for (int e = 0; e < kWarpElems; ++e) mask |= uint32_t(x[e] >= t) << e;
+          }
         } else {  // T at -inf (rare): every valid column, NaN included
+          if constexpr (kPacked) row.widen(cur, x);
 #pragma unroll
           for (int e = 0; e < kWarpElems; ++e)
             mask |= uint32_t(stk::ordered_canonical_u32(__float_as_uint(x[e])) >= Tadm) << e;
