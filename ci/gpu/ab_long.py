@@ -7,7 +7,7 @@ Long rows (default: k = 2048 or AB_K, stride 1M, per-row lengths, order any):
     AB_CELLS=4x40960,64x1048576 AB_ORDER=rank AB_DTYPE=bfloat16 python ci/gpu/ab_long.py auto
 Full-width rows (AB_FULL=1: the decode anchors, k = 16, order rank):
     AB_FULL=1 python ci/gpu/ab_long.py auto block
-Bench-grid cells (AB_BENCH=scenario[:label substring], N(0,1) in AB_DTYPE, the bench's own
+Bench-grid cells (AB_BENCH=scenario[:label substring[|substring...]], N(0,1) in AB_DTYPE, the bench's own
 inputs and views; the bytes-read floor at 4.25 TB/s beside each; float16, which the grid
 lacks, runs the geometry of its float32 cells):
     AB_BENCH=prefill python ci/gpu/ab_long.py auto cluster=1
@@ -79,7 +79,8 @@ if bench:
         # the grid holds fp32 and bf16 cells; other dtypes (fp16) time its fp32 cells' geometry
         if cell.op == "topk" and str(dtype)[6:] not in scenarios.DTYPES and cell.dtype == "float32":
             cell = dataclasses.replace(cell, dtype=str(dtype)[6:])
-        if cell.scenario != scen or sub not in cell.label or (cell.dtype, cell.dist) != (str(dtype)[6:], "normal"):
+        if cell.scenario != scen or not any(t in cell.label for t in sub.split("|")) \
+                or (cell.dtype, cell.dist) != (str(dtype)[6:], "normal"):
             continue
         views = data.plan_views(cell, L2, 2.5, 2048, 8 << 30, dev)
         inp = data.build_inputs(cell, views, dev)
