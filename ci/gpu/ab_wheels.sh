@@ -12,7 +12,8 @@
 # Knobs: AB_ROUNDS (default 2), AB_SETS (default "long dsa prefill": long =
 # ab_long.py's AB_CELLS, default 16 x 1M and 64 x 1M; dsa = the bench's DSA
 # decode cells with MTP; prefill = its prefill cells; decode / anchor = its
-# k = 16 decode grid / anchor cells, in AB_DTYPE), AB_PATHS
+# k = 16 decode grid / anchor cells, in AB_DTYPE; warp = the warp kernel's
+# bf16 decode cells and fp32 k = 16 anchors), AB_PATHS
 # (SPARSETOPK_NV_PATH values timed side by side, default auto).
 set -u
 cd "$(dirname "$0")/../.."
@@ -36,7 +37,10 @@ for ((i = 1; i <= rounds; i++)); do
         prefill) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=prefill timeout 300 $PY ci/gpu/ab_long.py $paths ;;
         decode) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=decode timeout 200 $PY ci/gpu/ab_long.py $paths ;;
         anchor) AB_LABEL=$name AB_REPEATS=1 AB_BENCH=anchor timeout 200 $PY ci/gpu/ab_long.py $paths ;;
-        *) echo "unknown set $set (long, dsa, prefill, decode, anchor)" ;;
+        warp)  # the warp kernel's cells: bf16 decode, then the fp32 anchors it serves
+          AB_LABEL=$name AB_REPEATS=1 AB_DTYPE=bfloat16 AB_BENCH="decode:16384|4096x|512x1344" timeout 100 $PY ci/gpu/ab_long.py $paths
+          AB_LABEL=$name AB_REPEATS=1 AB_DTYPE=float32 AB_BENCH="anchor:512x1344|4096x4096|16384x8192" timeout 60 $PY ci/gpu/ab_long.py $paths ;;
+        *) echo "unknown set $set (long, dsa, prefill, decode, anchor, warp)" ;;
       esac 2>&1 | grep "^|"
     done
   done
