@@ -205,6 +205,19 @@ __device__ __forceinline__ float tree_fmax(const float (&x)[kWarpElems]) {
   return fmaxf(fmaxf(a[0], a[2]), fmaxf(a[1], a[3]));
 }
 
+// The same for a chunk of 32 16-bit scores kept packed (4 vectors): a tree
+// of 15 max.{b}f16x2 (NaN skipped, as fmaxf), then the larger half. Returns
+// the maximum's float32 bits.
+template <typename T>
+__device__ __forceinline__ uint32_t tree_max16(const uint4 (&r)[4]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) w[v] = max16x2<T>(max16x2<T>(r[v].x, r[v].y), max16x2<T>(r[v].z, r[v].w));
+  uint32_t m = max16x2<T>(max16x2<T>(w[0], w[1]), max16x2<T>(w[2], w[3]));
+  m = max16x2<T>(m, __byte_perm(m, 0, 0x1032));  // both halves: the larger
+  return Scalar<T>::f32(typename Scalar<T>::raw(m & 0xffffu));
+}
+
 __device__ __forceinline__ uint64_t warp_key(uint32_t u, int64_t j, int tie) {
   return stk::make_key(u, uint32_t(j), tie);
 }
@@ -499,14 +512,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
       float x[kWarpElems];
       uint32_t cm;
       if constexpr (kPacked) {
-        uint32_t w[kNv];
-#pragma unroll
-        for (int v = 0; v < kNv; ++v)
-          w[v] = max16x2<T>(max16x2<T>(cur[v].x, cur[v].y), max16x2<T>(cur[v].z, cur[v].w));
-        static_assert(kNv == 4, "tree below is for 4 vectors");
-        uint32_t m = max16x2<T>(max16x2<T>(w[0], w[1]), max16x2<T>(w[2], w[3]));
-        m = max16x2<T>(m, __byte_perm(m, 0, 0x1032));  // both halves: the larger
-        cm = stk::ordered_canonical_u32(Scalar<T>::f32(raw(m & 0xffffu)));
+        cm = stk::ordered_canonical_u32(tree_max16<T>(cur));
       } else {
         row.widen(cur, x);
         cm = stk::ordered_canonical_u32(__float_as_uint(tree_fmax(x)));
