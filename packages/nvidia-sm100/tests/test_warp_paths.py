@@ -53,8 +53,10 @@ def test_lane_skew_forces_the_fallback(k, dtype):
 
 
 @pytest.mark.parametrize("k", [1, 16, 32, 64])
-def test_ties_and_specials(k):
-    check_orders(special_rows(3000), k)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_ties_and_specials(k, dtype):
+    # 16-bit rows take the packed chunk path (max.{b}f16x2 tree, set.ge mask)
+    check_orders(special_rows(3000).to(dtype), k)
 
 
 @pytest.mark.parametrize("k", [3, 16, 64])
@@ -64,7 +66,7 @@ def test_geometry_at_chunk_edges(k):
     x = buf[:, 3:4099]  # misaligned view, dirty tail, width 4096
     lengths = torch.tensor([-5, 0, 1, k - 1, k, k + 1, 1023, 1024, 1025, 2049, 4096, 10**7], device="cuda")
     starts = torch.tensor([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 4096], device="cuda")
-    check_geometry(x, k, lengths, starts, 3000, 1030, (torch.float32, torch.bfloat16))
+    check_geometry(x, k, lengths, starts, 3000, 1030, (torch.float32, torch.bfloat16, torch.float16))
 
 
 def test_forcing_more_than_k():
