@@ -14,6 +14,7 @@ lacks, runs the geometry of its float32 cells):
 Builds are compared by reinstalling between runs in one device call (H200s lent on
 different days differ by a few percent): AB_LABEL names the build in the header.
 """
+import dataclasses
 import os
 import sys
 
@@ -74,7 +75,6 @@ if bench:
     print(f"| {label + ': ' if label else ''}{bench} cell ({str(dtype)[6:]}, floor us at 4.25 TB/s) | "
           + " | ".join(paths) + " |")
     print("|---|" + "---|" * len(paths))
-    import dataclasses
     for cell in scenarios.full_grid():
         # the grid holds fp32 and bf16 cells; other dtypes (fp16) time its fp32 cells' geometry
         if cell.op == "topk" and str(dtype)[6:] not in scenarios.DTYPES and cell.dtype == "float32":
