@@ -8,7 +8,9 @@
 # cluster kernels, the cluster kernel's stamps; split: stall reasons of the
 # balanced split's three kernels at 16 x 1M and the per-SASS-line counters of
 # each (ranked by ci/gpu/sass_top.py); prefill: the same for the sampled-rows
-# kernel on the prefill causal cell (PROF_DTYPES, default fp32 and bf16).
+# kernel on the prefill causal cell (PROF_DTYPES, default fp32 and bf16); warp16:
+# stall reasons and per-SASS-line counters of the warp kernel at 16384 x 8192
+# k = 16 in PROF_DTYPES (the bf16 decode cell that is short of fp32's bytes/s).
 set -u
 cd "$(dirname "$0")/../.."
 P=${OUT:-$PWD/.gpu/out}/prof; mkdir -p "$P"
@@ -57,5 +59,16 @@ if has split; then
       > "$P/${kern}_sass.csv" 2>&1
     echo "== $kern (rc=$?)"
     $PY ci/gpu/sass_top.py "$P/${kern}_sass.csv" 25
+  done
+fi
+if has warp16; then
+  for dt in ${PROF_DTYPES:-float32 bfloat16}; do
+    PROF_DTYPE=$dt timeout ${PROF_T:-120} ncu --metrics "$M,smsp__issue_active.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active" \
+      -k regex:topk_warp -c 1 $PY ci/gpu/profile_kernels.py 16384x8192 > "$P/warp16_stalls_$dt.txt" 2>&1
+    echo "warp16 stalls $dt rc=$?"
+    PROF_DTYPE=$dt timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source --print-source sass \
+      --csv -k regex:topk_warp -c 1 $PY ci/gpu/profile_kernels.py 16384x8192 > "$P/warp16_sass_$dt.csv" 2>&1
+    echo "== warp16 sass $dt (rc=$?)"
+    $PY ci/gpu/sass_top.py "$P/warp16_sass_$dt.csv" 30
   done
 fi

@@ -6,7 +6,8 @@
 Each shape runs 3 times (ncu reports every launch); compare with the graph
 replay times of `sparsetopk bench` to see the per-call overhead around them.
 Arguments ROWSxWIDTH pick shapes (e.g. `4096x4096`); none: all. PROF_ORDER
-sets the order of every shape (default: rank for k <= 64, else any).
+sets the order of every shape (default: rank for k <= 64, else any), PROF_DTYPE
+the score dtype (default float32).
 """
 import os
 import sys
@@ -29,7 +30,7 @@ pick = set(sys.argv[1:])
 for rows, width, k, n in SHAPES:
     if pick and f"{rows}x{width}" not in pick:
         continue
-    x = torch.randn(rows, width, device="cuda")
+    x = torch.randn(rows, width, device="cuda").to(getattr(torch, os.environ.get("PROF_DTYPE", "float32")))
     kw = {"order": os.environ.get("PROF_ORDER") or ("rank" if k <= 64 else "any")}
     if n is not None:
         kw["lengths"] = torch.full((rows,), n, dtype=torch.int32, device="cuda")
