@@ -23,6 +23,7 @@ ap.add_argument("kernels", nargs="*", default=["topk_sampled_rows_kernel<float>"
 ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
 ap.add_argument("--min", type=int, default=8, help="smallest loop listed (instructions)")
 ap.add_argument("--spills", action="store_true", help="also list each local load / store (LDL / STL) and its loop")
+ap.add_argument("--keep", metavar="FILE", help="also write the whole SASS listing to FILE")
 args = ap.parse_args()
 csrc = os.path.join(args.root, "packages", "nvidia-sm100", "csrc")
 lines = open(os.path.join(csrc, "topk.cu")).read().split("\n")
@@ -47,6 +48,8 @@ with tempfile.TemporaryDirectory() as d:
             name = None if "Used" in line else name
     sass = subprocess.run([os.environ.get("CUOBJDUMP", "cuobjdump"), "-sass", cub], capture_output=True,
                           text=True, check=True).stdout
+    if args.keep:
+        open(args.keep, "w").write(sass)
 for f in sass.split("Function : ")[1:]:
     name = f.split("\n")[0].strip()
     if not any(k.split("<")[0] in name for k in args.kernels):
