@@ -63,6 +63,9 @@ struct WarpRow {
   int64_t a0;       // first chunk starts here (<= 0; base + a0 is 16-byte aligned)
   int64_t n;        // valid columns
   int64_t jfb, jfe; // forced iff j < jfb or j >= jfe
+  int64_t u0, u1;   // chunks u0 <= c < u1 have no forced column (unforced)
+  int64_t f1;       // chunks fb <= c < f1 are whole and aligned (load's fast case)
+  int fb;
   bool vec;
 
   __device__ void init(const raw* b, int64_t n_, const RowCtx& c) {
@@ -80,6 +83,13 @@ struct WarpRow {
     jfb = first_j_at_least(c.force_begin);
     jfe = c.length - c.force_end <= c.force_begin ? jfb : first_j_at_least(c.length - c.force_end);
     if (jfe < jfb) jfe = jfb;
+    // the per-chunk tests below as chunk ranges, worked out once per row (the
+    // 64-bit compares had cost ~35 instructions a chunk); n - a0 >= 0
+    const int64_t span = n > 0 ? n - a0 : 0;
+    fb = a0 < 0 ? 1 : 0;  // lo >= 0
+    f1 = vec ? span / kWarpChunk : 0;  // lo + kWarpChunk <= n
+    u0 = jfb > 0 ? (jfb - a0 + kWarpChunk - 1) / kWarpChunk : 0;  // max(lo, 0) >= jfb
+    u1 = jfe < n ? (jfe - a0) / kWarpChunk : INT64_MAX;        // min(hi, n) <= jfe
   }
   __device__ __forceinline__ int64_t chunks() const { return (n - a0 + kWarpChunk - 1) / kWarpChunk; }
   __device__ __forceinline__ int64_t col(int64_t c, int v, int i) const {
@@ -91,7 +101,7 @@ struct WarpRow {
   static constexpr raw kRawNaN = raw(sizeof(raw) == 4 ? 0x7fffffffu : 0x7fffu);
   __device__ __forceinline__ void load(int64_t c, uint4 (&r)[kNv]) const {
     const int64_t lo = a0 + c * kWarpChunk;
-    if (vec && lo >= 0 && lo + kWarpChunk <= n) {  // whole chunk valid: plain vector loads
+    if (c >= fb && c < f1) {  // whole chunk valid: plain vector loads
       const uint4* q = reinterpret_cast<const uint4*>(base + lo) + (threadIdx.x & 31);
 #pragma unroll
       for (int v = 0; v < kNv; ++v) r[v] = __ldg(q + v * 32);
@@ -135,10 +145,7 @@ struct WarpRow {
   }
 
   // True iff no valid column of chunk c is forced.
-  __device__ __forceinline__ bool unforced(int64_t c) const {
-    const int64_t lo = a0 + c * kWarpChunk, hi = lo + kWarpChunk;
-    return (lo > 0 ? lo : 0) >= jfb && (hi < n ? hi : n) <= jfe;
-  }
+  __device__ __forceinline__ bool unforced(int64_t c) const { return c >= u0 && c < u1; }
   // True iff chunk c has positions outside [0, n).
   __device__ __forceinline__ bool edge(int64_t c) const {
     const int64_t lo = a0 + c * kWarpChunk;
@@ -471,6 +478,52 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
   }
 }
 
+// warp_kth<1> for the unforced float path, with the count two lanes a packed
+// compare: each lane value is rounded down to 16 bits (C: bf16, or f16 for
+// f16 rows, where it is exact), and the lanes whose rounded value is >= this
+// lane's are counted by 16 set.ge over the 32 (a true half adds 0xffff to a
+// 32-bit sum, decoded below) instead of 32 compares and selects. Returns the
+// largest rounded value b with at least k rounded values >= b, as an ordered
+// canonical score: each lane counted has m >= its rounded value >= b, so at
+// least k distinct columns score >= it. A lower bound of the row's k-th like
+// warp_kth's, at most one 16-bit step below it. A lane with no valid column
+// (m == 0, NaN here) counts nowhere.
+template <typename C>
+__device__ __forceinline__ uint32_t warp_kth16(uint32_t m1, int k, uint32_t* lv) {
+  const int lane = threadIdx.x & 31;
+  const float f = __uint_as_float(stk::unordered_u32(m1));
+  uint16_t b;
+  if constexpr (std::is_same_v<C, f16_tag>) b = __half_as_ushort(__float2half_rd(f));
+  else b = __bfloat16_as_ushort(__float2bfloat16_rd(f));
+  reinterpret_cast<uint16_t*>(lv)[lane] = b;
+  __syncwarp();
+  const uint32_t b2 = uint32_t(b) * 0x10001u;
+  const uint4* q4 = reinterpret_cast<const uint4*>(lv);
+  uint32_t s0 = 0, s1 = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 q = q4[i];
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+    uint32_t m[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (std::is_same_v<C, f16_tag>) asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[j]) : "r"(w[j]), "r"(b2));
+      else asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[j]) : "r"(w[j]), "r"(b2));
+    }
+    s0 += m[0] + m[1];
+    s1 += m[2] + m[3];
+  }
+  __syncwarp();
+  // s = L * 0xffff + H * 0xffff0000 = (L - H) * 2^16 - L (mod 2^32), L / H
+  // the true low / high halves (each <= 16)
+  const uint32_t s = s0 + s1;
+  const uint32_t lo = (0u - s) & 0xffffu;
+  const uint32_t hi = (lo - ((s + lo) >> 16)) & 0xffffu;
+  uint32_t t = 0u;
+  if (int(lo + hi) >= k) t = stk::ordered_nonnan_u32(Scalar<C>::f32(b));  // b is not NaN here
+  return __reduce_max_sync(0xffffffffu, t);
+}
+
 template <typename T, int M, class Ready>
 __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
@@ -519,7 +572,8 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
       }
       if (__any_sync(0xffffffffu, cm >= Tadm)) {
         m1 = max(m1, cm);
-        Tadm = max(warp_kth<1>(m1, 0u, k, sm.hist), 1u);
+        using KC = std::conditional_t<std::is_same_v<T, f16_tag>, f16_tag, bf16_tag>;
+        Tadm = max(Tadm, warp_kth16<KC>(m1, k, sm.hist));
         uint32_t mask = 0;
         if (Tadm > stk::kOrderedNegInf) {
           const float t = __uint_as_float(stk::unordered_u32(Tadm));
