@@ -15,7 +15,9 @@
 //   For k <= 32, a chunk with no forced column runs these steps on the
 //   float32 values (maxima as a tree, survivors by one float compare against
 //   T's float; positions past the row load as NaN); only survivors are
-//   canonicalised, read back by position from a per-warp staging copy.
+//   canonicalised, read back by position from a per-warp staging copy; T
+//   there is counted on the lane values rounded down to 16 bits, two lanes a
+//   packed compare (warp_kth16: a bound at most one 16-bit step lower).
 //   Chunks that meet forced columns, and k > 32, canonicalise every column.
 //   (Measured on the H200: 4096 x 4096 k=16 32.6 -> 22.1 us, 16384 x 8192
 //   200 -> 129 us, 512 x 1344 6.9 -> 5.4 us; the per-column conversion and
