@@ -59,6 +59,23 @@ def test_ties_and_specials(k, dtype):
     check_orders(special_rows(3000).to(dtype), k)
 
 
+@pytest.mark.parametrize("k", [1, 16, 32])
+def test_threshold_rounds_down(k):
+    # fp32 lane values are rounded to bf16 to count the threshold (warp_kth16):
+    # the rounding must go down. Every score here sits a few fp32 ulps below
+    # the bf16 value 1 + 2^-7, where round-to-nearest (or up) gives a
+    # threshold above every score and an empty answer; rounding down gives
+    # 1.0, every column survives and the exact fallback ranks them
+    g = torch.Generator(device="cpu").manual_seed(k)
+    n = torch.randint(1, 7, (6, 4096), generator=g).to(torch.float32)
+    x = (1.0 + 2.0**-7) - n * 2.0**-23
+    x[1, 100:200] = torch.randn(100, generator=g)  # a few rows with ordinary scores too
+    x[2, ::3] = -x[2, ::3]
+    for order in ("rank", "index", "any"):
+        for tie in ("low", "high"):
+            _check(x.cuda(), k, order=order, tie_break=tie)
+
+
 @pytest.mark.parametrize("k", [3, 16, 64])
 def test_geometry_at_chunk_edges(k):
     g = torch.Generator(device="cpu").manual_seed(7)
