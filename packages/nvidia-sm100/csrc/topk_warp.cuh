@@ -37,6 +37,7 @@
 #pragma once
 
 #include "topk_kernels.cuh"
+#include "warp_math.h"
 
 namespace stk_nv {
 
@@ -484,8 +485,8 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
 // compare: each lane value is rounded down to 16 bits (C: bf16, or f16 for
 // f16 rows, where it is exact), and the lanes whose rounded value is >= this
 // lane's are counted by 16 set.ge over the 32 (a true half adds 0xffff to a
-// 32-bit sum, decoded below) instead of 32 compares and selects. Returns the
-// largest rounded value b with at least k rounded values >= b, as an ordered
+// 32-bit sum, decoded by half_counts) instead of 32 compares and selects.
+// Returns the largest rounded value b with at least k rounded values >= b, as an ordered
 // canonical score: each lane counted has m >= its rounded value >= b, so at
 // least k distinct columns score >= it. A lower bound of the row's k-th like
 // warp_kth's, at most one 16-bit step below it. A lane with no valid column
@@ -516,13 +517,8 @@ __device__ __forceinline__ uint32_t warp_kth16(uint32_t m1, int k, uint32_t* lv)
     s1 += m[2] + m[3];
   }
   __syncwarp();
-  // s = L * 0xffff + H * 0xffff0000 = (L - H) * 2^16 - L (mod 2^32), L / H
-  // the true low / high halves (each <= 16)
-  const uint32_t s = s0 + s1;
-  const uint32_t lo = (0u - s) & 0xffffu;
-  const uint32_t hi = (lo - ((s + lo) >> 16)) & 0xffffu;
   uint32_t t = 0u;
-  if (int(lo + hi) >= k) t = stk::ordered_nonnan_u32(Scalar<C>::f32(b));  // b is not NaN here
+  if (int(half_counts(s0 + s1)) >= k) t = stk::ordered_nonnan_u32(Scalar<C>::f32(b));  // b is not NaN here
   return __reduce_max_sync(0xffffffffu, t);
 }
 
