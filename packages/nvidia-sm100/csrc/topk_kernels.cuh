@@ -115,20 +115,26 @@ __device__ __forceinline__ uint32_t thr16x2(float tf) {
   return uint32_t(h) * 0x10001u;
 }
 
+// set.ge.u32.{b}f16x2: 0xffff in each half of w that is >= that half of th2,
+// else 0 (NaN never passes; -0 >= +0).
+template <typename T>
+__device__ __forceinline__ uint32_t set_ge16x2(uint32_t w, uint32_t th2) {
+  uint32_t m;
+  if constexpr (std::is_same_v<T, bf16_tag>) asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(w), "r"(th2));
+  else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m) : "r"(w), "r"(th2));
+  return m;
+}
+
 // Bit i set iff column i of a 16-byte vector of 16-bit scores is >= both
-// halves of th2 (set.ge: NaN never; -0 >= +0): one
-// packed compare per two columns, the per-half masks (0xffff / 0) gathered
-// into bytes by two byte permutes, then into bits by one multiply (the bytes
-// hold disjoint bits, so their sum carries nothing).
+// halves of th2: one packed compare per two columns, the per-half masks
+// gathered into bytes by two byte permutes, then into bits by one multiply
+// (the bytes hold disjoint bits, so their sum carries nothing).
 template <typename T>
 __device__ __forceinline__ uint32_t vec_ge16(const uint4& r, uint32_t th2) {
   uint32_t m[4];
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    if constexpr (std::is_same_v<T, bf16_tag>) asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-    else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[q]) : "r"(w[q]), "r"(th2));
-  }
+  for (int q = 0; q < 4; ++q) m[q] = set_ge16x2<T>(w[q], th2);
   const uint32_t a = __byte_perm(m[0], m[1], 0x6420), b = __byte_perm(m[2], m[3], 0x6420);  // byte i: column i, i + 4
   return (((a & 0x08040201u) | (b & 0x80402010u)) * 0x01010101u) >> 24;
 }

@@ -509,10 +509,7 @@ __device__ __forceinline__ uint32_t warp_kth16(uint32_t m1, int k, uint32_t* lv)
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
     uint32_t m[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (std::is_same_v<C, f16_tag>) asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(m[j]) : "r"(w[j]), "r"(b2));
-      else asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m[j]) : "r"(w[j]), "r"(b2));
-    }
+    for (int j = 0; j < 4; ++j) m[j] = set_ge16x2<C>(w[j], b2);
     s0 += m[0] + m[1];
     s1 += m[2] + m[3];
   }
