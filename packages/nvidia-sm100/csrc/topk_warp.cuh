@@ -328,8 +328,16 @@ __device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm
 // warp's inclusive scan of them (*incl) and their total (*inc). A full
 // buffer is first compacted against Tadm. False: they still do not fit.
 __device__ __forceinline__ bool warp_reserve(int mine, uint32_t Tadm, WarpSmem& sm, int& cnt, int* incl, int* inc) {
-  *incl = warp_incl_scan(mine);
-  *inc = __shfl_sync(0xffffffffu, *incl, 31);
+  if (__all_sync(0xffffffffu, mine <= 1)) {
+    // at most one survivor a lane (most chunks once T has risen): one ballot
+    // instead of the five-step shuffle scan
+    const uint32_t b = __ballot_sync(0xffffffffu, mine);
+    *incl = __popc(b & (0xffffffffu >> (31 - (threadIdx.x & 31))));
+    *inc = __popc(b);
+  } else {
+    *incl = warp_incl_scan(mine);
+    *inc = __shfl_sync(0xffffffffu, *incl, 31);
+  }
   if (cnt + *inc > kWarpCap) cnt = warp_filter(sm.cand, cnt, Tadm);
   return cnt + *inc <= kWarpCap;
 }
@@ -519,6 +527,25 @@ __device__ __forceinline__ uint32_t warp_kth16(uint32_t m1, int k, uint32_t* lv)
   return __reduce_max_sync(0xffffffffu, t);
 }
 
+// Appends this lane's survivors of a staged chunk (the bits of mask) to cand
+// from pos, read back by position. kNoNaN: they passed x >= t above -inf, so
+// none is NaN and the shorter ordered map serves (a chunk at T = -inf admits
+// NaN columns).
+template <typename T, bool kNoNaN>
+__device__ __forceinline__ void warp_append(const WarpRow<T>& row, int64_t ch, uint32_t mask, int pos, int tie,
+                                            const typename Scalar<T>::raw* st, uint64_t* cand) {
+  constexpr unsigned kEpv = WarpRow<T>::kEpv;
+  const unsigned lane = threadIdx.x & 31;
+  do {
+    const unsigned e = __ffs(mask) - 1;  // unsigned: e / kEpv and e % kEpv are a shift and a mask
+    mask &= mask - 1;
+    const unsigned v = e / kEpv, i = e % kEpv;
+    const uint32_t bits = Scalar<T>::f32(st[(v * 32 + lane) * kEpv + i]);
+    const uint32_t uu = kNoNaN ? stk::ordered_nonnan_u32(bits) : stk::ordered_canonical_u32(bits);
+    cand[pos++] = warp_key(uu, row.col(ch, int(v), int(i)), tie);
+  } while (mask);
+}
+
 template <typename T, int M, class Ready>
 __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
@@ -606,15 +633,11 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
 #pragma unroll
           for (int v = 0; v < kNv; ++v) sm.stage[v * 32 + lane] = cur[v];
           const raw* st = reinterpret_cast<const raw*>(sm.stage);
-          int pos = cnt + incl - mine;
-          do {
-            const int e = __ffs(mask) - 1;
-            mask &= mask - 1;
-            const int v = e / kEpv, i = e % kEpv;
-            const int64_t j = row.col(ch, v, i);
-            uint32_t uu = stk::ordered_canonical_u32(Scalar<T>::f32(st[(v * 32 + lane) * kEpv + i]));
-            sm.cand[pos++] = warp_key(uu, j, p.tie);
-          } while (mask);
+          const int pos = cnt + incl - mine;
+          if (Tadm > stk::kOrderedNegInf)
+            warp_append<T, true>(row, ch, mask, pos, p.tie, st, sm.cand);
+          else
+            warp_append<T, false>(row, ch, mask, pos, p.tie, st, sm.cand);
         }
         cnt += inc;
         __syncwarp();
