@@ -76,6 +76,30 @@ def test_threshold_rounds_down(k):
             _check(x.cuda(), k, order=order, tie_break=tie)
 
 
+@pytest.mark.parametrize("width", [2100, 8192, 9233, 40000])
+@pytest.mark.parametrize("k", [1, 8, 16, 17, 32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rows_that_move_the_threshold(k, width, dtype):
+    # rows of many chunks that move the chunk threshold in different ways:
+    # rising (every chunk raises it and admits many), falling (late chunks
+    # skipped), a last chunk no lane wins, a narrow band (16-bit ties at the
+    # threshold), plateaus with spikes, +inf and NaN. (Written for a lazy
+    # threshold refresh, tried/warp-lazy, which it caught dropping survivors
+    # in a mutant; main refreshes every chunk.)
+    g = torch.Generator(device="cpu").manual_seed(k * 100003 + width)
+    t = torch.linspace(0.0, 1.0, width)
+    x = torch.randn(7, width, generator=g)
+    x[1] += 12.0 * t  # rising: a stale bound admits many, the guards refresh it
+    x[2] -= 12.0 * t  # falling: late chunks skipped, refreshed after the loop
+    x[3, width - 700 :] = -30.0  # a last chunk that no lane wins
+    x[4] = x[4] * 1e-3 + 1.0  # a narrow band: 16-bit ties at the threshold
+    x[5] = torch.randint(0, 3, (width,), generator=g).float()
+    x[5, ::997] = 5.0  # plateau ties with a few spikes
+    x[6, width // 3 :: 1031] = float("inf")
+    x[6, width // 2 :: 1301] = float("nan")
+    check_orders(x.to(dtype).cuda(), k)
+
+
 @pytest.mark.parametrize("k", [3, 16, 64])
 def test_geometry_at_chunk_edges(k):
     g = torch.Generator(device="cpu").manual_seed(7)
