@@ -89,8 +89,8 @@ def test_rows_that_move_the_threshold(k, width, dtype):
     g = torch.Generator(device="cpu").manual_seed(k * 100003 + width)
     t = torch.linspace(0.0, 1.0, width)
     x = torch.randn(7, width, generator=g)
-    x[1] += 12.0 * t  # rising: a stale bound admits many, the guards refresh it
-    x[2] -= 12.0 * t  # falling: late chunks skipped, refreshed after the loop
+    x[1] += 12.0 * t  # rising: each chunk's scores beat the bound so far
+    x[2] -= 12.0 * t  # falling: late chunks are skipped
     x[3, width - 700 :] = -30.0  # a last chunk that no lane wins
     x[4] = x[4] * 1e-3 + 1.0  # a narrow band: 16-bit ties at the threshold
     x[5] = torch.randint(0, 3, (width,), generator=g).float()
