@@ -13,7 +13,8 @@
 # ab_long.py's AB_CELLS, default 16 x 1M and 64 x 1M; dsa = the bench's DSA
 # decode cells with MTP; prefill = its prefill cells; decode / anchor = its
 # k = 16 decode grid / anchor cells, in AB_DTYPE; warp = the warp kernel's
-# bf16 decode cells and fp32 k = 16 anchors), AB_PATHS
+# bf16 decode cells and fp32 k = 16 anchors; smallk = full rows at k in AB_KS,
+# default 16 32 64, fp32 and bf16), AB_PATHS
 # (SPARSETOPK_NV_PATH values timed side by side, default auto).
 set -u
 cd "$(dirname "$0")/../.."
@@ -40,7 +41,14 @@ for ((i = 1; i <= rounds; i++)); do
         warp)  # the warp kernel's cells: bf16 decode, then the fp32 anchors it serves
           AB_LABEL=$name AB_REPEATS=1 AB_DTYPE=bfloat16 AB_BENCH="decode:16384|4096x|512x1344" timeout 100 $PY ci/gpu/ab_long.py $paths
           AB_LABEL=$name AB_REPEATS=1 AB_DTYPE=float32 AB_BENCH="anchor:512x1344|4096x4096|16384x8192" timeout 60 $PY ci/gpu/ab_long.py $paths ;;
-        *) echo "unknown set $set (long, dsa, prefill, decode, anchor, warp)" ;;
+        smallk)  # the warp kernel above k = 16: full rows, fp32 and bf16, k in AB_KS
+          for K in ${AB_KS:-16 32 64}; do
+            for dt in float32 bfloat16; do
+              AB_LABEL=$name AB_REPEATS=1 AB_FULL=1 AB_K=$K AB_DTYPE=$dt \
+                AB_CELLS=${AB_SK_CELLS:-512x1344,4096x4096,16384x8192} timeout 100 $PY ci/gpu/ab_long.py $paths
+            done
+          done ;;
+        *) echo "unknown set $set (long, dsa, prefill, decode, anchor, warp, smallk)" ;;
       esac 2>&1 | grep "^|"
     done
   done

@@ -93,11 +93,14 @@ few = torch.randn(8, 1344, generator=g).to(dev)
 chk(few, 16)
 chk(few, 64, order="index", lengths=torch.tensor([0, 3, 16, 17, 300, 1000, 1344, 5000], device=dev))
 chk(torch.zeros(2, 1344, device=dev), 16, order="index")
-# warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback, k=64 (two values per lane)
+# warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback; k=32 / 64 (two / four
+# share maxima per lane), a 16-bit row at k=48
 path("warp")
 dec = torch.randn(64, 1344, generator=g).to(dev)
 chk(dec, 16)
+chk(dec, 32, order="rank")
 chk(dec, 64, order="index", tie_break="high")
+chk(torch.randn(32, 5000, generator=g).to(dev).to(torch.bfloat16), 48, order="any")
 skew = torch.randn(4, 8192, generator=g)
 skew[:, (torch.arange(8192) % 128) < 4] += 50.0
 chk(skew.to(dev), 16)

@@ -258,8 +258,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
     const dim3 blocks(unsigned((p.rows + plan.warp_wpb - 1) / plan.warp_wpb));
     if (plan.warp_m == 1)
       go(topk_warp_kernel<T, 1>, blocks, 32 * plan.warp_wpb, 0, 0, p);
-    else
+    else if (plan.warp_m == 2)
       go(topk_warp_kernel<T, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
+    else
+      go(topk_warp_kernel<T, 4>, blocks, 32 * plan.warp_wpb, 0, 0, p);
   } else if (plan.sampled_rows) {
     if (plan.est_kernel)
       go(sampled_est_kernel<T>, dim3(unsigned((p.rows + kEstWarps - 1) / kEstWarps)), kEstBlock,
@@ -496,7 +498,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   if (warp) {
     p.cand_cap = kWarpCap;
     p.res_cap = 0;
-    plan.warp_m = k <= 32 ? 1 : 2;
+    plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : 4);  // k at most half of the 32 warp_m lane maxima
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
     plan.block = 32 * plan.warp_wpb;
     return plan;

@@ -1,10 +1,15 @@
 // Warp-per-row kernels for small k (decode rows) and small merges.
 //
 // topk_warp_kernel (k <= 64): one warp ranks one row in one read.
-//   Each lane keeps its M best ordered scores (M = 1 for k <= 32, else 2).
-//   The k-th largest of the 32*M lane values, T, is a lower bound of the
-//   row's k-th score (at least k distinct columns are >= T), so columns
-//   below T can never be selected. A 1024-column chunk with nothing >= T is
+//   Each lane keeps P running maxima, each over its own share of the lane's
+//   columns (P = 1 for k <= 16, 2 for k <= 32, 4 for k <= 64: so that k is
+//   at most half of the 32 P values). The k-th largest of the 32 P values, T,
+//   is a lower bound of the row's k-th score (at least k distinct columns
+//   are >= T), so columns below T can never be selected. (With one maximum a
+//   lane, T at k = 32 was the least of the 32 and let ~3% of a row through:
+//   4096 x 4096 took 74 us at k = 32 against 21.5 at k = 16 on the H200;
+//   k > 32 kept each lane's two best values and canonicalised every column.)
+//   A 1024-column chunk with nothing >= T is
 //   skipped; otherwise T is raised and the chunk's columns >= T are appended
 //   to a per-warp shared-memory buffer. T only rises, so later chunks append
 //   little. At the end the buffer is filtered by the final T and the
@@ -12,13 +17,14 @@
 //   on the 64-bit key (ordered score << 32 | tie word of the row-local column
 //   j; j order is the global index order because g = j * scale + offset with
 //   scale >= 1).
-//   For k <= 32, a chunk with no forced column runs these steps on the
-//   float32 values (maxima as a tree, survivors by one float compare against
-//   T's float; positions past the row load as NaN); only survivors are
-//   canonicalised, read back by position from a per-warp staging copy; T
-//   there is counted on the lane values rounded down to 16 bits, two lanes a
-//   packed compare (warp_kth16: a bound at most one 16-bit step lower).
-//   Chunks that meet forced columns, and k > 32, canonicalise every column.
+//   A chunk with no forced column runs these steps on the float32 values
+//   (maxima as a tree, whose last levels give the P maxima; survivors by one
+//   float compare against T's float; positions past the row load as NaN);
+//   only survivors are canonicalised, read back by position from a per-warp
+//   staging copy; T is counted on the lane values rounded down to 16 bits,
+//   two values a packed compare (warp_kth16 / warp_kth16p: a bound at most
+//   one 16-bit step lower). Chunks that meet forced columns canonicalise
+//   every column.
 //   (Measured on the H200: 4096 x 4096 k=16 32.6 -> 22.1 us, 16384 x 8192
 //   200 -> 129 us, 512 x 1344 6.9 -> 5.4 us; the per-column conversion and
 //   the predicated appends had made the kernel issue-bound.)
@@ -228,6 +234,42 @@ __device__ __forceinline__ uint32_t tree_max16(const uint4 (&r)[4]) {
   return Scalar<T>::f32(typename Scalar<T>::raw(m & 0xffffu));
 }
 
+// The maxima of P disjoint shares of the 32 floats (the tree's last levels;
+// share q: elements e = q mod P), NaN skipped.
+template <int P>
+__device__ __forceinline__ void tree_fmax_p(const float (&x)[kWarpElems], float (&pmx)[P]) {
+  static_assert(P == 2 || P == 4, "two or four shares");
+  float a[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = fmaxf(fmaxf(x[i], x[i + 8]), fmaxf(x[i + 16], x[i + 24]));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = fmaxf(a[i], a[i + 4]);
+#pragma unroll
+  for (int q = 0; q < P; ++q) pmx[q] = P == 4 ? a[q] : fmaxf(a[q], a[q + 2]);
+}
+
+// The same for 32 packed 16-bit scores: P float32 bits. Share q of P = 2:
+// the even / odd columns (the halves); of P = 4: vectors 0-1 / 2-3, halves.
+template <typename T, int P>
+__device__ __forceinline__ void tree_max16_p(const uint4 (&r)[4], uint32_t (&pmx)[P]) {
+  static_assert(P == 2 || P == 4, "two or four shares");
+  uint32_t w[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) w[v] = max16x2<T>(max16x2<T>(r[v].x, r[v].y), max16x2<T>(r[v].z, r[v].w));
+  const uint32_t lo = max16x2<T>(w[0], w[1]), hi = max16x2<T>(w[2], w[3]);
+  using raw = typename Scalar<T>::raw;
+  if constexpr (P == 2) {
+    const uint32_t m = max16x2<T>(lo, hi);
+    pmx[0] = Scalar<T>::f32(raw(m & 0xffffu));
+    pmx[1] = Scalar<T>::f32(raw(m >> 16));
+  } else {
+    pmx[0] = Scalar<T>::f32(raw(lo & 0xffffu));
+    pmx[1] = Scalar<T>::f32(raw(lo >> 16));
+    pmx[2] = Scalar<T>::f32(raw(hi & 0xffffu));
+    pmx[3] = Scalar<T>::f32(raw(hi >> 16));
+  }
+}
+
 __device__ __forceinline__ uint64_t warp_key(uint32_t u, int64_t j, int tie) {
   return stk::make_key(u, uint32_t(j), tie);
 }
@@ -411,25 +453,21 @@ __device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, WarpSm
   return min(cnt, kWarpCap);
 }
 
-// k-th largest of the 32*M lane values (a multiset): the largest value v
-// with at least k values >= v. Counted against a shared-memory copy (cheaper
-// than a shuffle network: broadcast loads, no dependent chain).
-template <int M>
-__device__ __forceinline__ uint32_t warp_kth(uint32_t m1, uint32_t m2, int k, uint32_t* lv) {
+// k-th largest of the 32 lane values (a multiset): the largest value v with
+// at least k values >= v. Counted against a shared-memory copy (cheaper than
+// a shuffle network: broadcast loads, no dependent chain).
+__device__ __forceinline__ uint32_t warp_kth(uint32_t m1, int k, uint32_t* lv) {
   const int lane = threadIdx.x & 31;
   lv[lane] = m1;
-  if (M == 2) lv[32 + lane] = m2;
   __syncwarp();
-  int g1 = 0, g2 = 0;
+  int g1 = 0;
   const uint4* q4 = reinterpret_cast<const uint4*>(lv);
 #pragma unroll
-  for (int i = 0; i < 8 * M; ++i) {
+  for (int i = 0; i < 8; ++i) {
     const uint4 q = q4[i];
     g1 += (q.x >= m1) + (q.y >= m1) + (q.z >= m1) + (q.w >= m1);
-    if (M == 2) g2 += (q.x >= m2) + (q.y >= m2) + (q.z >= m2) + (q.w >= m2);
   }
-  uint32_t t = g1 >= k ? m1 : 0u;
-  if (M == 2 && g2 >= k) t = max(t, m2);
+  const uint32_t t = g1 >= k ? m1 : 0u;
   __syncwarp();
   return __reduce_max_sync(0xffffffffu, t);
 }
@@ -489,7 +527,7 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
   }
 }
 
-// warp_kth<1> for the unforced float path, with the count two lanes a packed
+// warp_kth for the unforced float path, with the count two lanes a packed
 // compare: each lane value is rounded down to 16 bits (C: bf16, or f16 for
 // f16 rows, where it is exact), and the lanes whose rounded value is >= this
 // lane's are counted by 16 set.ge over the 32 (a true half adds 0xffff to a
@@ -527,6 +565,75 @@ __device__ __forceinline__ uint32_t warp_kth16(uint32_t m1, int k, uint32_t* lv)
   return __reduce_max_sync(0xffffffffu, t);
 }
 
+// A lane value (ordered canonical score) rounded down to 16 bits (C: bf16,
+// or f16 for f16 rows), in both halves of a word; NaN for 0 (none).
+template <typename C>
+__device__ __forceinline__ uint32_t round16x2(uint32_t u) {
+  const float f = __uint_as_float(stk::unordered_u32(u));
+  uint16_t b;
+  if constexpr (std::is_same_v<C, f16_tag>) b = __half_as_ushort(__float2half_rd(f));
+  else b = __bfloat16_as_ushort(__float2bfloat16_rd(f));
+  return uint32_t(b) * 0x10001u;
+}
+
+// warp_kth16 for P values a lane (P = 2 or 4: the lane's maxima of its own
+// disjoint column shares): the lanes store their values rounded down to 16
+// bits as P / 2 words of two halves, and each lane counts the halves >= a
+// value of its own over all 16 P words (16 P packed compares a value). The
+// values counted: both (P = 2), or a lane's second and third largest (P = 4:
+// the k-th of 128 for k = 33-64 lies in the upper half, mostly among the
+// lanes' middle values; counting all four measured 23-30% slower at k = 48 /
+// 64, H200). Returns the largest counted value with at least k of the 32 P
+// values >= it: at least k distinct columns score >= it, so it is a valid
+// bound, at most one 16-bit step below the exact k-th for P = 2 and a little
+// lower at times for P = 4.
+template <typename C, int P>
+__device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, uint32_t* lv) {
+  static_assert(P == 2 || P == 4, "two or four values a lane");
+  constexpr int NC = 2;  // values counted a lane
+  uint32_t cu[NC];
+  if constexpr (P == 2) {
+    cu[0] = pm[0];
+    cu[1] = pm[1];
+  } else {
+    // the middle two of four: the lower of the pairs' maxima, the higher of their minima
+    const uint32_t a = max(pm[0], pm[1]), b = min(pm[0], pm[1]), c = max(pm[2], pm[3]), d = min(pm[2], pm[3]);
+    const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
+    cu[0] = max(lo_top, hi_bot);
+    cu[1] = min(lo_top, hi_bot);
+  }
+  const int lane = threadIdx.x & 31;
+  uint32_t b2[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) b2[q] = round16x2<C>(pm[q]);
+  // word w of lane l at lv[w * 32 + l] (conflict-free stores)
+#pragma unroll
+  for (int w = 0; w < P / 2; ++w) lv[w * 32 + lane] = (b2[2 * w] & 0xffffu) | (b2[2 * w + 1] << 16);
+  uint32_t c2[NC];
+#pragma unroll
+  for (int q = 0; q < NC; ++q) c2[q] = P == 2 ? b2[q] : round16x2<C>(cu[q]);
+  __syncwarp();
+  const uint4* q4 = reinterpret_cast<const uint4*>(lv);
+  uint32_t s[NC];
+#pragma unroll
+  for (int q = 0; q < NC; ++q) s[q] = 0;
+#pragma unroll
+  for (int i = 0; i < 4 * P; ++i) {
+    const uint4 x = q4[i];
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int q = 0; q < NC; ++q)
+      s[q] += (set_ge16x2<C>(w[0], c2[q]) + set_ge16x2<C>(w[1], c2[q])) +
+              (set_ge16x2<C>(w[2], c2[q]) + set_ge16x2<C>(w[3], c2[q]));
+  }
+  __syncwarp();
+  uint32_t t = 0u;  // a NaN value (0 = none) counts no half, so it is never taken
+#pragma unroll
+  for (int q = 0; q < NC; ++q)
+    if (int(half_counts(s[q])) >= k) t = max(t, stk::ordered_nonnan_u32(Scalar<C>::f32(c2[q] & 0xffffu)));
+  return __reduce_max_sync(0xffffffffu, t);
+}
+
 // Appends this lane's survivors of a staged chunk (the bits of mask) to cand
 // from pos, read back by position. kNoNaN: they passed x >= t above -inf, so
 // none is NaN and the shorter ordered map serves (a chunk at T = -inf admits
@@ -546,7 +653,7 @@ __device__ __forceinline__ void warp_append(const WarpRow<T>& row, int64_t ch, u
   } while (mask);
 }
 
-template <typename T, int M, class Ready>
+template <typename T, int P, class Ready>
 __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
@@ -559,7 +666,11 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
   const int k = p.k;
   const int lane = threadIdx.x & 31;
   const int64_t nch = c.n > 0 ? row.chunks() : 0;
-  uint32_t m1 = 0, m2 = 0;  // this lane's best values (of the chunks that could matter)
+  // this lane's P maxima, each over its own share of its columns (of the
+  // chunks that could matter); 0: none yet
+  uint32_t pm[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) pm[q] = 0;
   int cnt = 0;
   bool overflow = false;
   uint32_t Tadm = 1;  // admit u >= Tadm; 0 is "invalid", so Tadm >= 1
@@ -569,7 +680,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
   if (nch > 0) row.load(0, cur);
   for (int64_t ch = 0; ch < nch; ++ch) {
     if (ch + 1 < nch) row.load(ch + 1, nxt);
-    if (M == 1 && row.unforced(ch)) {
+    if (row.unforced(ch)) {
       // Unforced chunk, one value per lane: the steps below on float32
       // values, which need no per-column canonicalisation. fmaxf skips NaN
       // (canonical -inf), so the canonical form of the float maximum is the
@@ -585,17 +696,35 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
       // float compares a chunk
       constexpr bool kPacked = sizeof(raw) == 2;
       float x[kWarpElems];
-      uint32_t cm;
-      if constexpr (kPacked) {
-        cm = stk::ordered_canonical_u32(tree_max16<T>(cur));
+      uint32_t cq[P];  // the chunk's share maxima
+      if constexpr (P == 1) {
+        if constexpr (kPacked) {
+          cq[0] = stk::ordered_canonical_u32(tree_max16<T>(cur));
+        } else {
+          row.widen(cur, x);
+          cq[0] = stk::ordered_canonical_u32(__float_as_uint(tree_fmax(x)));
+        }
+      } else if constexpr (kPacked) {
+        uint32_t b[P];
+        tree_max16_p<T, P>(cur, b);
+#pragma unroll
+        for (int q = 0; q < P; ++q) cq[q] = stk::ordered_canonical_u32(b[q]);
       } else {
         row.widen(cur, x);
-        cm = stk::ordered_canonical_u32(__float_as_uint(tree_fmax(x)));
+        float f[P];
+        tree_fmax_p<P>(x, f);
+#pragma unroll
+        for (int q = 0; q < P; ++q) cq[q] = stk::ordered_canonical_u32(__float_as_uint(f[q]));
       }
+      uint32_t cm = cq[0];
+#pragma unroll
+      for (int q = 1; q < P; ++q) cm = max(cm, cq[q]);
       if (__any_sync(0xffffffffu, cm >= Tadm)) {
-        m1 = max(m1, cm);
         using KC = std::conditional_t<std::is_same_v<T, f16_tag>, f16_tag, bf16_tag>;
-        Tadm = max(Tadm, warp_kth16<KC>(m1, k, sm.hist));
+#pragma unroll
+        for (int q = 0; q < P; ++q) pm[q] = max(pm[q], cq[q]);
+        if constexpr (P == 1) Tadm = max(Tadm, warp_kth16<KC>(pm[0], k, sm.hist));
+        else Tadm = max(Tadm, warp_kth16p<KC, P>(pm, k, sm.hist));
         uint32_t mask = 0;
         if (Tadm > stk::kOrderedNegInf) {
           const float t = __uint_as_float(stk::unordered_u32(Tadm));
@@ -656,11 +785,14 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
     // lane values of a subset of the elements still give a valid bound.
     if (__any_sync(0xffffffffu, cm >= Tadm)) {
 #pragma unroll
-      for (int e = 0; e < kWarpElems; ++e) {
-        if (M == 2) m2 = max(m2, min(m1, u[e]));
-        m1 = max(m1, u[e]);
+      for (int e = 0; e < kWarpElems; ++e) pm[e % P] = max(pm[e % P], u[e]);
+      if constexpr (P == 1) {
+        Tadm = max(warp_kth(pm[0], k, sm.hist), 1u);
+      } else {
+        // the 16-bit count (forced columns are +inf, which stays +inf)
+        using KC = std::conditional_t<std::is_same_v<T, f16_tag>, f16_tag, bf16_tag>;
+        Tadm = max(Tadm, max(warp_kth16p<KC, P>(pm, k, sm.hist), 1u));
       }
-      Tadm = max(warp_kth<M>(m1, m2, k, sm.hist), 1u);
       int mine = 0;
 #pragma unroll
       for (int e = 0; e < kWarpElems; ++e) mine += u[e] >= Tadm;
@@ -696,8 +828,8 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
     warp_finish(sm.cand, S, k, p.order, p.tie, c, out);
 }
 
-template <typename T, int M>
-__global__ void __launch_bounds__(128) topk_warp_kernel(TopkParams p) {
+template <typename T, int P>
+__global__ void __launch_bounds__(128, P == 1 ? 0 : 4) topk_warp_kernel(TopkParams p) {
   pdl_warm(p);
   __shared__ WarpSmem sm[kWarpMaxWpb];
   const int w = threadIdx.x >> 5;
@@ -707,7 +839,7 @@ __global__ void __launch_bounds__(128) topk_warp_kernel(TopkParams p) {
   const bool early = param_geometry(p);
   if (!early || r >= p.rows) pdl_enter();
   if (r >= p.rows) return;  // whole warp leaves together
-  warp_topk_row<T, M>(p, r, sm[w], [&] {
+  warp_topk_row<T, P>(p, r, sm[w], [&] {
     if (early) pdl_enter();
   });
 }
