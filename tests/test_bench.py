@@ -106,6 +106,19 @@ def test_bench_filters_and_errors(tmp_path):
     assert bench_main(["--quick", *CPU, "--dist", "band", "--scenario", "anchor"]) == 2  # no cell matches
 
 
+def test_bench_k_filter(tmp_path):
+    js = tmp_path / "k.json"
+    assert bench_main(["--quick", *CPU, "--no-baselines", "--k", "128", "--json", str(js)]) == 0
+    cells = json.loads(js.read_text())["cells"]
+    assert [c["k"] for c in cells] == [128]  # the quick grid's one k = 128 cell
+    assert bench_main(["--quick", *CPU, "--k", "7"]) == 2  # no cell matches
+    with pytest.raises(SystemExit):
+        bench_main(["--quick", *CPU, "--k", "x"])
+    full = scenarios.full_grid()
+    dec64 = [c for c in full if c.scenario == "decode" and c.k == 64]
+    assert {c.label for c in dec64} == {"512x1344", "4096x4096", "16384x8192"} and len(dec64) == 12
+
+
 def test_bench_budget_skips_but_records(tmp_path):
     js = tmp_path / "b.json"
     assert bench_main(["--quick", *CPU, "--budget", "0", "--json", str(js)]) == 0

@@ -54,6 +54,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", action="append", metavar="DTYPE", help=f"only these score dtypes: {', '.join(DTYPES)}")
     p.add_argument("--dist", action="append", metavar="DIST", help=f"only these distributions: {', '.join(DISTS)}")
     p.add_argument("--op", action="append", metavar="OP", help="only these ops: topk, merge")
+    p.add_argument("--k", action="append", metavar="K", help="only cells with these k (e.g. --k 32,64)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop starting new cells after this many seconds (cells run in priority order)")
@@ -96,6 +97,13 @@ def _cells(args):
         if bad:
             raise SystemExit(f"--dist: unknown {', '.join(bad)}; known: {', '.join(DISTS)}")
     ops = _split(args.op)
+    ks = _split(args.k)
+    if ks:
+        try:
+            keep = {int(k) for k in ks}
+        except ValueError:
+            raise SystemExit(f"--k: not integers: {', '.join(ks)}") from None
+        cells = [c for c in cells if c.k in keep]
     out = select_cells(cells, scen, dts, dists, ops)
     if dts and "float16" in dts:  # the grids hold fp32/bf16; fp16 on request: bf16 cells re-typed
         import dataclasses
