@@ -580,27 +580,27 @@ __device__ __forceinline__ uint32_t round16x2(uint32_t u) {
 // disjoint column shares): the lanes store their values rounded down to 16
 // bits as P / 2 words of two halves, and each lane counts the halves >= a
 // value of its own over all 16 P words (16 P packed compares a value). The
-// values counted: both (P = 2), or a lane's second and third largest (P = 4:
-// the k-th of 128 for k = 33-64 lies in the upper half, mostly among the
-// lanes' middle values; counting all four measured 23-30% slower at k = 48 /
-// 64, H200). Returns the largest counted value with at least k of the 32 P
-// values >= it: at least k distinct columns score >= it, so it is a valid
-// bound, at most one 16-bit step below the exact k-th for P = 2 and a little
-// lower at times for P = 4.
+// values counted: both (P = 2), or a lane's second largest only (P = 4, k =
+// 33-64: the k-th of 128 lies in the upper half, where the lanes' second
+// largest values sit; counting the second and third measured 10-14% slower
+// on long rows at k = 48 / 64 and within 2% at 4096 x 4096, H200, and
+// counting all four 23-30% slower). Returns the largest counted value with at
+// least k of the 32 P values >= it (0 when none qualifies): at least k
+// distinct columns score >= it, so it is a valid bound, at most one 16-bit
+// step below the exact k-th for P = 2 and lower at times for P = 4.
 template <typename C, int P>
 __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, uint32_t* lv) {
   static_assert(P == 2 || P == 4, "two or four values a lane");
-  constexpr int NC = 2;  // values counted a lane
+  constexpr int NC = P == 2 ? 2 : 1;  // values counted a lane
   uint32_t cu[NC];
   if constexpr (P == 2) {
     cu[0] = pm[0];
     cu[1] = pm[1];
   } else {
-    // the middle two of four: the lower of the pairs' maxima, the higher of their minima
+    // the lower of the pairs' maxima or the higher of their minima, whichever is larger
     const uint32_t a = max(pm[0], pm[1]), b = min(pm[0], pm[1]), c = max(pm[2], pm[3]), d = min(pm[2], pm[3]);
     const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
-    cu[0] = max(lo_top, hi_bot);
-    cu[1] = min(lo_top, hi_bot);
+    cu[0] = max(lo_top, hi_bot);  // the second largest of the four
   }
   const int lane = threadIdx.x & 31;
   uint32_t b2[P];
