@@ -325,6 +325,9 @@ def test_plan_reports_paths(monkeypatch):
     assert C.plan(4096, 65536, 2048, 0)["sampled_rows"] and C.plan(4096, 65536, 2048, 0)["est_kernel"]
     assert C.workspace_bytes(4096, 131072, 2048, 0) == 4096 * 8  # (its words, whether or not it runs)
     assert not C.plan(4096, 32768, 2048, 0)["sampled_rows"]  # rows that fit stay resident (rows kernel)
+    # the rows kernel: at least next_pow2(k) / 4 threads (its rank sort in registers)
+    assert C.plan(4096, 4096, 2048, 0)["block"] == 512 and C.plan(4096, 4096, 1024, 0)["block"] == 256
+    assert C.plan(1024, 16384, 4096, 0)["block"] == 1024 and C.plan(1024, 16384, 2048, 0)["block"] == 512
     assert not C.plan(4096, 131072, 512, 0)["sampled_rows"]  # smaller k: not measured there
     assert not C.plan(4096, 1 << 20, 2048, 0)["sampled_rows"]  # rows past 256K: the sample floor's candidates
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "no-cluster")
@@ -515,6 +518,30 @@ def test_rank_sort_sizes(path, width):
         for j, k in enumerate((65, 128, 129, 256, 257, 511, 1000, 2048, 2049, 4096)):
             if k <= width:
                 _check(x, k, lengths=lengths, order="rank", tie_break=("low", "high")[j % 2])
+
+
+@pytest.mark.parametrize("path", ["auto", "rows,rblock=256", "rows,rblock=1024"], indirect=True)
+@pytest.mark.parametrize("kind", ["normal", "sorted", "band", "const", "specials"])
+def test_rows_block_for_large_k(path, kind):
+    """The rows kernel at 1024 < k <= 2048 on rows of at most 4096 columns:
+    512 threads by default (the rank sort of next_pow2(k) keys in registers,
+    4 a thread), 256 with rblock=256 (the shared-memory bitonic sort), 1024
+    with rblock=1024; every order and tie rule, lengths below k, starts,
+    forced columns, dirty tails, fp32 and bf16."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|rowsblock".encode()))
+    width = 4096
+    lens = [width, width - 1, 3000, 2049, 1500, 0]
+    lengths = torch.tensor(lens, device=dev)
+    starts = torch.tensor([0, 1, 1000, 7, 2596, 4096], dtype=torch.int32, device=dev)
+    for dt in (torch.float32, torch.bfloat16):
+        x = _dirty(_data(kind, len(lens), width, dt, g), lens, g).to(dev)
+        for j, k in enumerate((1025, 1500, 2048)):
+            tie = ("low", "high")[j % 2]
+            for order in ("rank", "index", "any"):
+                _check(x, k, lengths=lengths, order=order, tie_break=tie)
+            _check(x, k, lengths=lengths, starts=starts, order="rank", tie_break=tie)
+            _check(x, k, lengths=lengths, force_begin=1000, force_end=1010, order="rank", tie_break=tie)
 
 
 @pytest.mark.parametrize("path", ["cluster=4", "cluster=5", "cluster=7", "cluster=10", "cluster=16", "cluster=16,no-finish",
