@@ -10,7 +10,9 @@
 # each (ranked by ci/gpu/sass_top.py); prefill: the same for the sampled-rows
 # kernel on the prefill causal cell (PROF_DTYPES, default fp32 and bf16); warp16:
 # stall reasons and per-SASS-line counters of the warp kernel at 16384 x 8192
-# k = 16 in PROF_DTYPES (the bf16 decode cell that is short of fp32's bytes/s).
+# k = 16 in PROF_DTYPES (the bf16 decode cell that is short of fp32's bytes/s);
+# rows: the same for the one-block rows kernel at 4096 x 4096, k in PROF_KS
+# (default 128 1024), order any.
 set -u
 cd "$(dirname "$0")/../.."
 P=${OUT:-$PWD/.gpu/out}/prof; mkdir -p "$P"
@@ -70,5 +72,16 @@ if has warp16; then
       --csv -k regex:topk_warp -c 1 $PY ci/gpu/profile_kernels.py 16384x8192 > "$P/warp16_sass_$dt.csv" 2>&1
     echo "== warp16 sass $dt (rc=$?)"
     $PY ci/gpu/sass_top.py "$P/warp16_sass_$dt.csv" 30
+  done
+fi
+if has rows; then
+  for k in ${PROF_KS:-128 1024}; do
+    PROF_K=$k PROF_ORDER=any timeout ${PROF_T:-120} ncu --metrics "$M,smsp__issue_active.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__occupancy_limit_shared_mem,launch__registers_per_thread" \
+      -k regex:topk_rows -c 1 $PY ci/gpu/profile_kernels.py 4096x4096 > "$P/rows_stalls_$k.txt" 2>&1
+    echo "rows stalls k=$k rc=$?"
+    PROF_K=$k PROF_ORDER=any timeout ${PROF_T:-120} ncu --section SourceCounters --import-source no --page source --print-source sass \
+      --csv -k regex:topk_rows -c 1 $PY ci/gpu/profile_kernels.py 4096x4096 > "$P/rows_sass_$k.csv" 2>&1
+    echo "== rows sass k=$k (rc=$?)"
+    $PY ci/gpu/sass_top.py "$P/rows_sass_$k.csv" 25
   done
 fi

@@ -7,7 +7,8 @@ Each shape runs 3 times (ncu reports every launch); compare with the graph
 replay times of `sparsetopk bench` to see the per-call overhead around them.
 Arguments ROWSxWIDTH pick shapes (e.g. `4096x4096`); none: all. PROF_ORDER
 sets the order of every shape (default: rank for k <= 64, else any), PROF_DTYPE
-the score dtype (default float32).
+the score dtype (default float32), PROF_K the k of every shape (default: the
+shape's own).
 """
 import os
 import sys
@@ -28,6 +29,7 @@ SHAPES = [  # rows, width, k, lengths per row (None = full)
 
 pick = set(sys.argv[1:])
 for rows, width, k, n in SHAPES:
+    k = int(os.environ.get("PROF_K", k))
     if pick and f"{rows}x{width}" not in pick:
         continue
     x = torch.randn(rows, width, device="cuda").to(getattr(torch, os.environ.get("PROF_DTYPE", "float32")))
