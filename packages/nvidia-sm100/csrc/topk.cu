@@ -393,7 +393,6 @@ struct PathOpts {
   bool rows_regions = true;  // sampled rows: the candidates read in place in the warps' regions (rows_bin)
   int est_kernel = -1;  // sampled rows: one-run rows' estimates by sampled_est_kernel first (-1 auto, 0 never, 1 always)
   int rows_block = 0;  // rows kernel: threads a block (0: chosen; tuning)
-  int rows_cap = 0;    // rows kernel: candidate buffer in keys (0: chosen; tuning)
 };
 
 // N of a "name=N" token (N decimal, at most 7 digits, 0..max), else -1.
@@ -453,14 +452,13 @@ static PathOpts path_opts() {
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "wchunks", 8); n > 0) o.wchunks = n;
     else if (const int n = int_token(t, "rblock", 1024); n >= 32 && n % 32 == 0) o.rows_block = n;
-    else if (const int n = int_token(t, "rcap", 16384); n >= 256) o.rows_cap = n / 8 * 8;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
       o.cluster_n = n;
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, rblock=N, rcap=N, no-chist, sample22, no-rbin, no-wreg, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, rblock=N, no-chist, sample22, no-rbin, no-wreg, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -627,7 +625,6 @@ Plan plan_topk(TopkParams& p, int dev) {
     plan.smem = int(fixed_smem(p));
   } else {
     p.cand_cap = int(std::min<int64_t>(16384, std::max<int64_t>(1024, 4 * int64_t(k))));
-    if (opt.rows_cap > 0) p.cand_cap = opt.rows_cap;
     const int64_t fixed = int64_t(fixed_smem(p));
     // capacity in whole 8-element tiles, rounded up so a row of any width
     // that fits stays resident (rounding down sent odd widths to streaming)

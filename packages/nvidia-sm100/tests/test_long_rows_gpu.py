@@ -526,14 +526,15 @@ def test_rows_block_for_large_k(path, kind):
     """The rows kernel at 1024 < k <= 2048 on rows of at most 4096 columns:
     512 threads by default (the rank sort of next_pow2(k) keys in registers,
     4 a thread), 256 with rblock=256 (the shared-memory bitonic sort), 1024
-    with rblock=1024; every order and tie rule, lengths below k, starts,
+    with rblock=1024; every order and tie rule, lengths below k, negative
+    and past the buffer, starts,
     forced columns, dirty tails, fp32 and bf16."""
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{kind}|rowsblock".encode()))
     width = 4096
-    lens = [width, width - 1, 3000, 2049, 1500, 0]
+    lens = [width, width - 1, 3000, 2049, 1500, 0, -5, width + 100]
     lengths = torch.tensor(lens, device=dev)
-    starts = torch.tensor([0, 1, 1000, 7, 2596, 4096], dtype=torch.int32, device=dev)
+    starts = torch.tensor([0, 1, 1000, 7, 2596, 4096, 3, 0], dtype=torch.int32, device=dev)
     for dt in (torch.float32, torch.bfloat16):
         x = _dirty(_data(kind, len(lens), width, dt, g), lens, g).to(dev)
         for j, k in enumerate((1025, 1500, 2048)):
