@@ -59,7 +59,8 @@ def one_batch(backend: str, dtype, g, dev, rng: np.random.Generator, max_rows: i
     if dev.type == "cpu":
         rows = max(1, rows // 256)
     pad = int(rng.choice([0, 0, 7, 64]))
-    k = int(rng.choice([1, 5, 16, 24, 33, 64, 300, 2048, 4096]))  # 24 / 33: the warp kernel's 2 / 4 shares
+    # 24 / 33 / 65-128: the warp kernel's 2 / 4 / 8 shares
+    k = int(rng.choice([1, 5, 16, 24, 33, 64, 65, 100, 128, 300, 2048, 4096]))
     k = min(k, 4096)
     dist = str(rng.choice(["normal", "band", "plateau", "maxpool"]))
     buf = draw_scores(g, rows, width + pad, dtype, dist, dev)
@@ -138,6 +139,7 @@ def main() -> int:
     for name in a.dtypes.split(","):
         dtype = DTYPES[name]
         done = bad_rows = batches = oracle_checked = 0
+        rows_by_k: dict[int, int] = {}  # which kernels the rows reached (k picks them)
         t0 = time.time()
         while done < a.rows and time.time() - t0 < a.seconds:
             scores, k, kw, meta = one_batch(a.backend, dtype, g, dev, rng, 65536)
@@ -163,13 +165,16 @@ def main() -> int:
                 print("  got", got.indices[r, :8].tolist(), " exp", exp.indices[r, :8].tolist(), flush=True)
             bad_rows += nbad
             done += scores.shape[0]
+            rows_by_k[k] = rows_by_k.get(k, 0) + scores.shape[0]
             batches += 1
         if dev.type == "cuda":
             torch.cuda.synchronize()
         secs = time.time() - t0
         print(f"FUZZ {a.backend} {name}: {done} rows in {batches} batches, {bad_rows} mismatches, "
               f"{oracle_checked} rows also checked by the NumPy oracle, {secs:.0f}s", flush=True)
-        report["dtypes"][name] = dict(rows=done, batches=batches, mismatches=bad_rows, oracle_rows=oracle_checked, seconds=secs)
+        print(f"FUZZ {a.backend} {name} rows by k: {dict(sorted(rows_by_k.items()))}", flush=True)
+        report["dtypes"][name] = dict(rows=done, batches=batches, mismatches=bad_rows, oracle_rows=oracle_checked, seconds=secs,
+                                      rows_by_k={str(kk): n for kk, n in sorted(rows_by_k.items())})
         failed += bad_rows
         if done < a.rows:
             print(f"FUZZ {a.backend} {name}: time cap reached before {a.rows} rows", flush=True)

@@ -93,8 +93,8 @@ few = torch.randn(8, 1344, generator=g).to(dev)
 chk(few, 16)
 chk(few, 64, order="index", lengths=torch.tensor([0, 3, 16, 17, 300, 1000, 1344, 5000], device=dev))
 chk(torch.zeros(2, 1344, device=dev), 16, order="index")
-# warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback; k=32 / 64 (two / four
-# share maxima per lane), a 16-bit row at k=48
+# warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback; k=32 / 64 / 128 (two /
+# four / eight share maxima per lane), a 16-bit row at k=48, k=96 / 128 sorting 256 keys
 path("warp")
 dec = torch.randn(64, 1344, generator=g).to(dev)
 chk(dec, 16)
@@ -105,6 +105,11 @@ skew = torch.randn(4, 8192, generator=g)
 skew[:, (torch.arange(8192) % 128) < 4] += 50.0
 chk(skew.to(dev), 16)
 chk(torch.zeros(3, 3000, device=dev), 33, order="index")
+chk(dec, 96)
+chk(dec, 128, order="index")
+chk(torch.randn(32, 5000, generator=g).to(dev).to(torch.bfloat16), 100, order="any", tie_break="high")
+chk(skew.to(dev), 128)  # 512 survivors overflow -> radix fallback
+chk(torch.zeros(3, 3000, device=dev), 65, order="index")
 path()
 ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").indices for s in range(2)], 1)

@@ -260,8 +260,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
       go(topk_warp_kernel<T, 1>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else if (plan.warp_m == 2)
       go(topk_warp_kernel<T, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
-    else
+    else if (plan.warp_m == 4)
       go(topk_warp_kernel<T, 4>, blocks, 32 * plan.warp_wpb, 0, 0, p);
+    else
+      go(topk_warp_kernel<T, 8>, blocks, 32 * plan.warp_wpb, 0, 0, p);
   } else if (plan.sampled_rows) {
     if (plan.est_kernel)
       go(sampled_est_kernel<T>, dim3(unsigned((p.rows + kEstWarps - 1) / kEstWarps)), kEstBlock,
@@ -299,7 +301,7 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   stream        one-block rows never keep the row resident (all streamed)
 //   online        streamed rows use the one-read online gather (off by default)
 //   no-online     streamed rows use the two-read multi-pass select (default)
-//   warp          k <= 64 always takes the warp-per-row kernel
+//   warp          k <= 128 always takes the warp-per-row kernel
 //   block         no warp-per-row kernels (topk and merge use the block ones)
 //   legacy-merge  block merges use the bitonic-sort merge_kernel (not the
 //                 bucket merge); the warp merge is unaffected
@@ -366,7 +368,7 @@ struct PathOpts {
   bool legacy_split = false;
   bool stream_all = false;
   bool online = false;  // measured on the H200: 3036 us vs 2439 us two-read (causal 128K prefill)
-  int warp = -1;  // -1 auto, 0 never, 1 always (k <= 64)
+  int warp = -1;  // -1 auto, 0 never, 1 always (k <= 128)
   bool legacy_merge = false;
   int cluster = -1;  // -1 auto (split rows that fit), 0 never, 1 always where it fits
   int cluster_n = 0;  // forced cluster size (0: chosen)
@@ -491,16 +493,16 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.cluster_mbar = opt.cluster_mbar ? 1 : 0;
   p.rank_spread = opt.rank_spread ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
-  // k <= 64: one warp per row (one read, no block syncs) unless a few very
+  // k <= 128: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each
   // (measured on the H200: below ~SMs rows the one-block kernel is faster,
   // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins)
-  const bool warp = k <= 64 && opt.warp != 0 &&
+  const bool warp = k <= kWarpMaxK && opt.warp != 0 &&
                     (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
-    p.cand_cap = kWarpCap;
     p.res_cap = 0;
-    plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : 4);  // k at most half of the 32 warp_m lane maxima
+    plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : (k <= 64 ? 4 : 8));  // k at most half of the 32 warp_m lane maxima
+    p.cand_cap = plan.warp_m == 8 ? kWarpCap8 : kWarpCap;
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
     plan.block = 32 * plan.warp_wpb;
     return plan;

@@ -1,9 +1,9 @@
 // Warp-per-row kernels for small k (decode rows) and small merges.
 //
-// topk_warp_kernel (k <= 64): one warp ranks one row in one read.
+// topk_warp_kernel (k <= 128): one warp ranks one row in one read.
 //   Each lane keeps P running maxima, each over its own share of the lane's
-//   columns (P = 1 for k <= 16, 2 for k <= 32, 4 for k <= 64: so that k is
-//   at most half of the 32 P values). The k-th largest of the 32 P values, T,
+//   columns (P = 1 for k <= 16, 2 for k <= 32, 4 for k <= 64, 8 for k <=
+//   128: so that k is at most half of the 32 P values). The k-th largest of the 32 P values, T,
 //   is a lower bound of the row's k-th score (at least k distinct columns
 //   are >= T), so columns below T can never be selected. (With one maximum a
 //   lane, T at k = 32 was the least of the 32 and let ~3% of a row through:
@@ -47,7 +47,9 @@
 
 namespace stk_nv {
 
-constexpr int kWarpCap = 256;    // survivor buffer per warp (64-bit keys)
+constexpr int kWarpCap = 256;    // survivor buffer per warp (64-bit keys), k <= 64
+constexpr int kWarpCap8 = 512;   // ... and for k = 65-128 (8 maxima a lane)
+constexpr int kWarpMaxK = 128;   // the largest k the warp kernel takes
 constexpr int kWarpChunk = 1024; // columns per chunk per warp
 constexpr int kWarpElems = 32;   // elements per lane per chunk
 constexpr int kWarpMaxWpb = 4;   // warps per block, at most
@@ -238,10 +240,15 @@ __device__ __forceinline__ uint32_t tree_max16(const uint4 (&r)[4]) {
 // share q: elements e = q mod P), NaN skipped.
 template <int P>
 __device__ __forceinline__ void tree_fmax_p(const float (&x)[kWarpElems], float (&pmx)[P]) {
-  static_assert(P == 2 || P == 4, "two or four shares");
+  static_assert(P == 2 || P == 4 || P == 8, "two, four or eight shares");
   float a[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) a[i] = fmaxf(fmaxf(x[i], x[i + 8]), fmaxf(x[i + 16], x[i + 24]));
+  if constexpr (P == 8) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) pmx[q] = a[q];
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) a[i] = fmaxf(a[i], a[i + 4]);
 #pragma unroll
@@ -249,15 +256,24 @@ __device__ __forceinline__ void tree_fmax_p(const float (&x)[kWarpElems], float 
 }
 
 // The same for 32 packed 16-bit scores: P float32 bits. Share q of P = 2:
-// the even / odd columns (the halves); of P = 4: vectors 0-1 / 2-3, halves.
+// the even / odd columns (the halves); of P = 4: vectors 0-1 / 2-3, halves;
+// of P = 8: each vector's halves.
 template <typename T, int P>
 __device__ __forceinline__ void tree_max16_p(const uint4 (&r)[4], uint32_t (&pmx)[P]) {
-  static_assert(P == 2 || P == 4, "two or four shares");
+  static_assert(P == 2 || P == 4 || P == 8, "two, four or eight shares");
   uint32_t w[4];
 #pragma unroll
   for (int v = 0; v < 4; ++v) w[v] = max16x2<T>(max16x2<T>(r[v].x, r[v].y), max16x2<T>(r[v].z, r[v].w));
-  const uint32_t lo = max16x2<T>(w[0], w[1]), hi = max16x2<T>(w[2], w[3]);
   using raw = typename Scalar<T>::raw;
+  if constexpr (P == 8) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      pmx[2 * v] = Scalar<T>::f32(raw(w[v] & 0xffffu));
+      pmx[2 * v + 1] = Scalar<T>::f32(raw(w[v] >> 16));
+    }
+    return;
+  }
+  const uint32_t lo = max16x2<T>(w[0], w[1]), hi = max16x2<T>(w[2], w[3]);
   if constexpr (P == 2) {
     const uint32_t m = max16x2<T>(lo, hi);
     pmx[0] = Scalar<T>::f32(raw(m & 0xffffu));
@@ -274,12 +290,19 @@ __device__ __forceinline__ uint64_t warp_key(uint32_t u, int64_t j, int tie) {
   return stk::make_key(u, uint32_t(j), tie);
 }
 
-// Per-warp shared memory.
-struct __align__(16) WarpSmem {
-  uint64_t cand[kWarpCap];
+// Per-warp shared memory (Cap: survivor keys).
+template <int Cap>
+struct __align__(16) WarpSmemT {
+  static constexpr int kCap = Cap;
+  uint64_t cand[Cap];
   uint32_t hist[256];  // radix fallback; lane values for the threshold
-  uint4 stage[kWarpChunk * 4 / 16];  // the chunk's raw vectors, for survivors by position (k <= 32)
+  uint4 stage[kWarpChunk * 4 / 16];  // the chunk's raw vectors, for survivors by position
 };
+// k <= 64 keep 256 survivors; 8 maxima a lane (k = 65-128) admit about twice
+// as many before the final filter (a model of N(0, 1) rows: ~580 appended at
+// 16384 columns, k = 128, ~180 left), so 512.
+template <int P>
+using WarpSmem = WarpSmemT<P == 8 ? kWarpCap8 : kWarpCap>;
 
 // Writes the row's output from the sorted keys (descending, P per lane).
 // Keys hold the row-local column j in their low word; 0 = empty.
@@ -336,17 +359,31 @@ __device__ __forceinline__ void warp_sort_emit(const uint64_t* buf, int S, int k
   warp_emit<P>(v, k, order, tie, c, out);
 }
 
+// Sorts the S <= Cap keys of buf (k <= Cap) and writes the output.
+// In the 8-maxima kernel (Cap > 256) k > 80 always sorts 256: there S is
+// 128 or more in about half the rows, and rows alternating between the 128-
+// and the 256-key sort measured slower than the 256-key sort alone (H200,
+// fp32, 16384 x 8192: k = 96 328 us against 226 at k = 80 and 288 at k =
+// 128; two large unrolled sort bodies, so likely instruction-cache misses).
+template <int Cap>
 __device__ __forceinline__ void warp_finish(const uint64_t* buf, int S, int k, int order, int tie,
                                             const RowCtx& c, const OutRow& out) {
-  const int need = max(S, k);
+  const int need = Cap > 256 && k > 80 ? max(S, 129) : max(S, k);
   if (need <= 32)
     warp_sort_emit<1>(buf, S, k, order, tie, c, out);
   else if (need <= 64)
     warp_sort_emit<2>(buf, S, k, order, tie, c, out);
   else if (need <= 128)
     warp_sort_emit<4>(buf, S, k, order, tie, c, out);
-  else
+  else {
+    if constexpr (Cap > 256) {
+      if (need > 256) {
+        warp_sort_emit<16>(buf, S, k, order, tie, c, out);
+        return;
+      }
+    }
     warp_sort_emit<8>(buf, S, k, order, tie, c, out);
+  }
 }
 
 // Keeps the buffer entries whose ordered score is >= Tadm (order preserved).
@@ -369,7 +406,8 @@ __device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm
 // Room in the buffer for this chunk's survivors (`mine` in this lane): the
 // warp's inclusive scan of them (*incl) and their total (*inc). A full
 // buffer is first compacted against Tadm. False: they still do not fit.
-__device__ __forceinline__ bool warp_reserve(int mine, uint32_t Tadm, WarpSmem& sm, int& cnt, int* incl, int* inc) {
+template <class Sm>
+__device__ __forceinline__ bool warp_reserve(int mine, uint32_t Tadm, Sm& sm, int& cnt, int* incl, int* inc) {
   if (__all_sync(0xffffffffu, mine <= 1)) {
     // at most one survivor a lane (most chunks once T has risen): one ballot
     // instead of the five-step shuffle scan
@@ -380,14 +418,14 @@ __device__ __forceinline__ bool warp_reserve(int mine, uint32_t Tadm, WarpSmem& 
     *incl = warp_incl_scan(mine);
     *inc = __shfl_sync(0xffffffffu, *incl, 31);
   }
-  if (cnt + *inc > kWarpCap) cnt = warp_filter(sm.cand, cnt, Tadm);
-  return cnt + *inc <= kWarpCap;
+  if (cnt + *inc > Sm::kCap) cnt = warp_filter(sm.cand, cnt, Tadm);
+  return cnt + *inc <= Sm::kCap;
 }
 
 // Exact fallback: radix select on the 64-bit key over the whole row, then the
 // k keys >= Tk are collected into buf. Returns their count (== k).
-template <typename T>
-__device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, WarpSmem& sm) {
+template <typename T, class Sm>
+__device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, Sm& sm) {
   const int lane = threadIdx.x & 31;
   uint64_t prefix = 0;
   int kk = k;
@@ -445,12 +483,12 @@ __device__ int warp_radix_fallback(const WarpRow<T>& row, int k, int tie, WarpSm
     const uint32_t bal = __ballot_sync(0xffffffffu, take);
     if (take) {
       const int pos = cnt + __popc(bal & ((1u << lane) - 1u));
-      if (pos < kWarpCap) sm.cand[pos] = key;
+      if (pos < Sm::kCap) sm.cand[pos] = key;
     }
     cnt += __popc(bal);
   });
   __syncwarp();
-  return min(cnt, kWarpCap);
+  return min(cnt, Sm::kCap);
 }
 
 // k-th largest of the 32 lane values (a multiset): the largest value v with
@@ -576,31 +614,51 @@ __device__ __forceinline__ uint32_t round16x2(uint32_t u) {
   return uint32_t(b) * 0x10001u;
 }
 
-// warp_kth16 for P values a lane (P = 2 or 4: the lane's maxima of its own
-// disjoint column shares): the lanes store their values rounded down to 16
-// bits as P / 2 words of two halves, and each lane counts the halves >= a
+// The fourth largest of eight values: the two halves sorted (five
+// compare-exchanges each), then max over i + j = 4 of min(a_i, b_j), the
+// i-th and j-th largest of the halves (a_0 = b_0 = +inf).
+__device__ __forceinline__ uint32_t fourth_of_eight(const uint32_t (&v)[8]) {
+  uint32_t a[4] = {v[0], v[1], v[2], v[3]}, b[4] = {v[4], v[5], v[6], v[7]};
+  auto cx = [](uint32_t& x, uint32_t& y) {  // x >= y after
+    const uint32_t h = max(x, y);
+    y = min(x, y);
+    x = h;
+  };
+  cx(a[0], a[1]), cx(a[2], a[3]), cx(a[0], a[2]), cx(a[1], a[3]), cx(a[1], a[2]);
+  cx(b[0], b[1]), cx(b[2], b[3]), cx(b[0], b[2]), cx(b[1], b[3]), cx(b[1], b[2]);
+  return max(max(max(a[3], b[3]), min(a[0], b[2])), max(min(a[1], b[1]), min(a[2], b[0])));
+}
+
+// warp_kth16 for P values a lane (P = 2, 4 or 8: the lane's maxima of its
+// own disjoint column shares): the lanes store their values rounded down to
+// 16 bits as P / 2 words of two halves, and each lane counts the halves >= a
 // value of its own over all 16 P words (16 P packed compares a value). The
-// values counted: both (P = 2), or a lane's second largest only (P = 4, k =
-// 33-64: the k-th of 128 lies in the upper half, where the lanes' second
-// largest values sit; counting the second and third measured 10-14% slower
-// on long rows at k = 48 / 64 and within 2% at 4096 x 4096, H200, and
-// counting all four 23-30% slower). Returns the largest counted value with at
-// least k of the 32 P values >= it (0 when none qualifies): at least k
-// distinct columns score >= it, so it is a valid bound, at most one 16-bit
-// step below the exact k-th for P = 2 and lower at times for P = 4.
+// values counted: both (P = 2), or one a lane, the one where the k-th of the
+// 32 P values tends to sit: the second largest (P = 4, k = 33-64: the k-th
+// of 128 lies in the upper half; counting the second and third measured
+// 10-14% slower on long rows at k = 48 / 64 and within 2% at 4096 x 4096,
+// H200, and counting all four 23-30% slower), the fourth largest (P = 8, k
+// = 65-128: in a model of N(0, 1) rows as good as the exact k-th of the 256
+// for every k there, where the second largest leaves k = 128 with no bound).
+// Returns the largest counted value with at least k of the 32 P values >= it
+// (0 when none qualifies): at least k distinct columns score >= it, so it is
+// a valid bound, at most one 16-bit step below the exact k-th for P = 2 and
+// lower at times for P = 4 and 8.
 template <typename C, int P>
 __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, uint32_t* lv) {
-  static_assert(P == 2 || P == 4, "two or four values a lane");
+  static_assert(P == 2 || P == 4 || P == 8, "two, four or eight values a lane");
   constexpr int NC = P == 2 ? 2 : 1;  // values counted a lane
   uint32_t cu[NC];
   if constexpr (P == 2) {
     cu[0] = pm[0];
     cu[1] = pm[1];
-  } else {
+  } else if constexpr (P == 4) {
     // the lower of the pairs' maxima or the higher of their minima, whichever is larger
     const uint32_t a = max(pm[0], pm[1]), b = min(pm[0], pm[1]), c = max(pm[2], pm[3]), d = min(pm[2], pm[3]);
     const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
     cu[0] = max(lo_top, hi_bot);  // the second largest of the four
+  } else {
+    cu[0] = fourth_of_eight(pm);
   }
   const int lane = threadIdx.x & 31;
   uint32_t b2[P];
@@ -654,7 +712,7 @@ __device__ __forceinline__ void warp_append(const WarpRow<T>& row, int64_t ch, u
 }
 
 template <typename T, int P, class Ready>
-__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Ready ready) {
+__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
@@ -825,13 +883,13 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem& sm, Read
   if (S <= 64)
     warp_count_emit(sm.cand, S, k, p.order, p.tie, c, out);
   else
-    warp_finish(sm.cand, S, k, p.order, p.tie, c, out);
+    warp_finish<WarpSmem<P>::kCap>(sm.cand, S, k, p.order, p.tie, c, out);
 }
 
 template <typename T, int P>
-__global__ void __launch_bounds__(128, P == 1 ? 0 : 4) topk_warp_kernel(TopkParams p) {
+__global__ void __launch_bounds__(128, P == 1 ? 0 : (P == 8 ? 3 : 4)) topk_warp_kernel(TopkParams p) {
   pdl_warm(p);
-  __shared__ WarpSmem sm[kWarpMaxWpb];
+  __shared__ WarpSmem<P> sm[kWarpMaxWpb];
   const int w = threadIdx.x >> 5;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + w;
   // geometry that needs no global read (no lengths tensor, no starts; its

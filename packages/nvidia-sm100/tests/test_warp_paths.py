@@ -28,18 +28,19 @@ def test_small_k_takes_the_warp_path(monkeypatch):
     assert p["warp_wpb"] > 0 and p["warp_m"] == 1
     assert _plan(512, 1344, 17)["warp_m"] == 2 and _plan(512, 1344, 32)["warp_m"] == 2
     assert _plan(512, 1344, 33)["warp_m"] == 4 and _plan(512, 1344, 64)["warp_m"] == 4
-    assert _plan(512, 1344, 65)["warp_wpb"] == 0
+    assert _plan(512, 1344, 65)["warp_m"] == 8 and _plan(4096, 4096, 128)["warp_m"] == 8
+    assert _plan(512, 1344, 129)["warp_wpb"] == 0
     assert _plan(8, 1344, 16)["warp_wpb"] == 0  # few rows: one block per row
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
     assert _plan(512, 1344, 16)["warp_wpb"] == 0
 
 
-@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64])
+@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64, 65, 100, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_lane_skew_forces_the_fallback(k, dtype):
     # fp32: lane L of a chunk reads columns 4L..4L+3 of every 128; put every
     # large score in lane 0's columns so the k-th lane maximum is low and the
-    # survivor buffer (256) overflows
+    # survivor buffer (256; 512 at k > 64) overflows
     g = torch.Generator(device="cpu").manual_seed(k)
     rows, width = 8, 16384
     x = torch.randn(rows, width, generator=g)
@@ -53,14 +54,14 @@ def test_lane_skew_forces_the_fallback(k, dtype):
             _check(x, k, order=order, tie_break=tie)
 
 
-@pytest.mark.parametrize("k", [1, 16, 32, 64])
+@pytest.mark.parametrize("k", [1, 16, 32, 64, 65, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_ties_and_specials(k, dtype):
     # 16-bit rows take the packed chunk path (max.{b}f16x2 tree, set.ge mask)
     check_orders(special_rows(3000).to(dtype), k)
 
 
-@pytest.mark.parametrize("k", [1, 16, 32, 48, 64])
+@pytest.mark.parametrize("k", [1, 16, 32, 48, 64, 96, 128])
 def test_threshold_rounds_down(k):
     # fp32 lane values are rounded to bf16 to count the threshold (warp_kth16):
     # the rounding must go down. Every score here sits a few fp32 ulps below
@@ -78,7 +79,7 @@ def test_threshold_rounds_down(k):
 
 
 @pytest.mark.parametrize("width", [2100, 8192, 9233, 40000])
-@pytest.mark.parametrize("k", [1, 8, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize("k", [1, 8, 16, 17, 32, 33, 64, 65, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_rows_that_move_the_threshold(k, width, dtype):
     # rows of many chunks that move the chunk threshold in different ways:
@@ -101,15 +102,16 @@ def test_rows_that_move_the_threshold(k, width, dtype):
     check_orders(x.to(dtype).cuda(), k)
 
 
-@pytest.mark.parametrize("k", [17, 32, 33, 48, 64])
+@pytest.mark.parametrize("k", [17, 32, 33, 48, 64, 65, 96, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_share_skew(k, dtype):
-    # k > 16 keeps 2 or 4 running maxima a lane, each over its own share of
-    # the lane's columns (fp32: column mod 2 or mod 4 of its vector; 16-bit:
-    # even / odd columns, and for 4 the vector pair too). Large scores in one
-    # share only: the other shares' maxima stay low, so T is low and many
-    # columns survive (the buffer's compaction, or the exact fallback, runs);
-    # large scores in every share but one lane: T from few lanes.
+    # k > 16 keeps 2, 4 or 8 running maxima a lane, each over its own share of
+    # the lane's columns (fp32: column mod 2 or mod 4 of its vector, for 8 the
+    # vector's parity too; 16-bit: even / odd columns, and for 4 the vector
+    # pair, for 8 the vector too). Large scores in one share only: the other
+    # shares' maxima stay low, so T is low and many columns survive (the
+    # buffer's compaction, or the exact fallback, runs); large scores in
+    # every share but one lane: T from few lanes.
     g = torch.Generator(device="cpu").manual_seed(k)
     rows, width = 6, 9000
     x = torch.randn(rows, width, generator=g)
@@ -118,12 +120,13 @@ def test_share_skew(k, dtype):
     x[1, cols % 2 == 1] += 20.0  # fp32 share 1 of 2; 16-bit odd columns
     x[2, (cols % 1024) < 512] += 20.0  # 16-bit shares 0-1 of 4 (a lane's vectors 0-1 of a chunk)
     x[3, (cols % 256) < 8] += 20.0  # one lane's columns (16-bit), two lanes' in every other vector (fp32)
+    x[3, (cols % 1024) < 256] += 5.0  # 16-bit share pair (vector 0) of 8; fp32 odd-vector shares stay low
     x[4] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
     x[5, :] = torch.linspace(-1.0, 1.0, width)  # rising: every chunk raises T
     check_orders(x.to(dtype).cuda(), k)
 
 
-@pytest.mark.parametrize("k", [3, 16, 17, 33, 64])
+@pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128])
 def test_geometry_at_chunk_edges(k):
     g = torch.Generator(device="cpu").manual_seed(7)
     buf = torch.randn(12, 5000, generator=g).cuda()
