@@ -1,8 +1,9 @@
 """Time nvidia-sm100 across k on a few shapes, beside torch.topk in the same run, to find
 cliffs between the k values the bench grid holds (16, 32, 64, 2048). Same timer as
 `sparsetopk bench` (CUDA-graph replay over rotating buffers past L2, median per call);
-full rows, fp32 N(0, 1) (SWEEP_DTYPE). Each cell: us and the plan (kernel, and
-threads a block where the rows kernel runs).
+full rows, fp32 N(0, 1) (SWEEP_DTYPE); SWEEP_RAGGED=1: per-row lengths uniform in
+[n/2, n] as in the bench's decode cells (torch.topk still reads full rows). Each
+cell: us and the plan (kernel, and threads a block where the rows kernel runs).
 
     python ci/gpu/k_sweep.py
     SWEEP_KS=128,2048 SWEEP_SHAPES=4096x4096 SWEEP_ORDERS=any,rank \
@@ -28,6 +29,7 @@ dcode = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]
 orders = env("SWEEP_ORDERS", "rank").split(",")
 paths = env("SWEEP_PATHS", "auto").split(";")
 with_torch = env("SWEEP_TORCH", "1") == "1"
+ragged = env("SWEEP_RAGGED", "0") == "1"
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 g = torch.Generator(device="cuda").manual_seed(0)
 
@@ -42,11 +44,12 @@ def label(pl):
             else "tile" if pl.get("tile") else f"rows{pl['block']}")
 
 
-print(f"| shape ({str(dtype)[6:]}) | order | path | " + " | ".join(f"k={k}" for k in ks) + " |")
+print(f"| shape ({str(dtype)[6:]}{', ragged' if ragged else ''}) | order | path | " + " | ".join(f"k={k}" for k in ks) + " |")
 print("|---|---|---|" + "---|" * len(ks))
 for rows, n in shapes:
     views = max(2, min(64, -(-int(2.5 * L2) // (rows * n * dtype.itemsize))))
     x = torch.randn(views * rows, n, generator=g, device="cuda").to(dtype)
+    lens = torch.randint(n // 2, n + 1, (views, rows), generator=g, device="cuda") if ragged else None
     for order in orders:
         for path in paths:
             os.environ["SPARSETOPK_NV_PATH"] = path
@@ -60,7 +63,7 @@ for rows, n in shapes:
                 def fn(i, k=k, out=out, order=order):
                     v = i % views
                     return sparsetopk.topk(x[v * rows:(v + 1) * rows], k, order=order, backend="nvidia-sm100",
-                                           out=out)
+                                           out=out, lengths=None if lens is None else lens[v])
 
                 cells.append(f"{t(fn, views):.1f} {label(_ext().plan(rows, n, k, 0, dcode))}")
             print(f"| {rows}x{n} | {order} | {path} | " + " | ".join(cells) + " |", flush=True)
