@@ -397,6 +397,34 @@ __device__ __forceinline__ V vmax(V a, V b) { return a > b ? a : b; }
 template <typename V>
 __device__ __forceinline__ V vmin(V a, V b) { return a < b ? a : b; }
 
+// One step (distance d) of stage s of the bitonic sort below, for d >= P
+// (partners in another lane) and for d < P (partners in the same lane).
+template <int P, bool DESC, typename V>
+__device__ __forceinline__ void bitonic_step_across(V (&v)[P], int lane, int s, int d) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int e = lane * P + p;
+    const V o = warp_shfl_xor(v[p], d / P);
+    const bool up = ((e & s) == 0) == DESC;  // this block ends descending
+    const bool keep_max = ((e & d) == 0) == up;
+    v[p] = keep_max ? vmax(v[p], o) : vmin(v[p], o);
+  }
+}
+template <int P, bool DESC, typename V>
+__device__ __forceinline__ void bitonic_step_within(V (&v)[P], int lane, int s, int d) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if ((p & d) == 0) {
+      const int q = p | d;
+      const int e = lane * P + p;
+      const bool up = ((e & s) == 0) == DESC;
+      const V hi = vmax(v[p], v[q]), lo = vmin(v[p], v[q]);
+      v[p] = up ? hi : lo;
+      v[q] = up ? lo : hi;
+    }
+  }
+}
+
 // Bitonic sort of 32*P values (32- or 64-bit) held P per lane (element
 // e = lane*P + p). DESC: element 0 ends up the largest.
 template <int P, bool DESC, typename V>
@@ -407,28 +435,10 @@ __device__ __forceinline__ void warp_bitonic(V (&v)[P]) {
   for (int s = 2; s <= N; s <<= 1) {
 #pragma unroll
     for (int d = s >> 1; d > 0; d >>= 1) {
-      if (d >= P) {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const int e = lane * P + p;
-          const V o = warp_shfl_xor(v[p], d / P);
-          const bool up = ((e & s) == 0) == DESC;  // this block ends descending
-          const bool keep_max = ((e & d) == 0) == up;
-          v[p] = keep_max ? vmax(v[p], o) : vmin(v[p], o);
-        }
-      } else {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          if ((p & d) == 0) {
-            const int q = p | d;
-            const int e = lane * P + p;
-            const bool up = ((e & s) == 0) == DESC;
-            const V hi = vmax(v[p], v[q]), lo = vmin(v[p], v[q]);
-            v[p] = up ? hi : lo;
-            v[q] = up ? lo : hi;
-          }
-        }
-      }
+      if (d >= P)
+        bitonic_step_across<P, DESC>(v, lane, s, d);
+      else
+        bitonic_step_within<P, DESC>(v, lane, s, d);
     }
   }
 }

@@ -307,7 +307,7 @@ using WarpSmem = WarpSmemT<P == 8 ? kWarpCap8 : kWarpCap>;
 // warp_bitonic with its stage loops rolled, the in-register steps (d < P)
 // still unrolled: the same steps in a fraction of the code. For the 256-key
 // sort of the 8-maxima kernel: unrolled, it measured 471 us on ragged rows
-// (16384 x 8192 fp32, lengths in [4096, 8192], k = 96) against 289 on full
+// (16384 x 8192 fp32, lengths in [4096, 8192], k = 96) against 280 on full
 // rows, where the warps of a block sort at about the same time; with ragged
 // rows the streaming and the sorting code run side by side on an SM.
 template <int P, bool DESC, typename V>
@@ -317,32 +317,10 @@ __device__ __forceinline__ void warp_bitonic_rolled(V (&v)[P]) {
 #pragma unroll 1
   for (int s = 2; s <= N; s <<= 1) {
 #pragma unroll 1
-    for (int d = s >> 1; d >= P; d >>= 1) {  // across lanes
+    for (int d = s >> 1; d >= P; d >>= 1) bitonic_step_across<P, DESC>(v, lane, s, d);
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const int e = lane * P + p;
-        const V o = warp_shfl_xor(v[p], d / P);
-        const bool up = ((e & s) == 0) == DESC;
-        const bool keep_max = ((e & d) == 0) == up;
-        v[p] = keep_max ? vmax(v[p], o) : vmin(v[p], o);
-      }
-    }
-#pragma unroll
-    for (int d = P >> 1; d > 0; d >>= 1) {  // within a lane
-      if (d < s) {
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          if ((p & d) == 0) {
-            const int q = p | d;
-            const int e = lane * P + p;
-            const bool up = ((e & s) == 0) == DESC;
-            const V hi = vmax(v[p], v[q]), lo = vmin(v[p], v[q]);
-            v[p] = up ? hi : lo;
-            v[q] = up ? lo : hi;
-          }
-        }
-      }
-    }
+    for (int d = P >> 1; d > 0; d >>= 1)
+      if (d < s) bitonic_step_within<P, DESC>(v, lane, s, d);
   }
 }
 
