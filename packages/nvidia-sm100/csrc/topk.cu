@@ -502,7 +502,7 @@ Plan plan_topk(TopkParams& p, int dev) {
   if (warp) {
     p.res_cap = 0;
     plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : (k <= 64 ? 4 : 8));  // k at most half of the 32 warp_m lane maxima
-    p.cand_cap = plan.warp_m == 8 ? kWarpCap8 : kWarpCap;
+    p.cand_cap = warp_cap(plan.warp_m);
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
     plan.block = 32 * plan.warp_wpb;
     return plan;

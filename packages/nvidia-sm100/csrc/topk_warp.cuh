@@ -301,8 +301,9 @@ struct __align__(16) WarpSmemT {
 // k <= 64 keep 256 survivors; 8 maxima a lane (k = 65-128) admit about twice
 // as many before the final filter (a model of N(0, 1) rows: ~580 appended at
 // 16384 columns, k = 128, ~180 left), so 512.
+__host__ __device__ constexpr int warp_cap(int P) { return P == 8 ? kWarpCap8 : kWarpCap; }
 template <int P>
-using WarpSmem = WarpSmemT<P == 8 ? kWarpCap8 : kWarpCap>;
+using WarpSmem = WarpSmemT<warp_cap(P)>;
 
 // warp_bitonic with its stage loops rolled, the in-register steps (d < P)
 // still unrolled: the same steps in a fraction of the code. For the 256-key
@@ -388,7 +389,7 @@ __device__ __forceinline__ void warp_sort_emit(const uint64_t* buf, int S, int k
 }
 
 // Sorts the S <= Cap keys of buf (k <= Cap) and writes the output.
-// In the 8-maxima kernel (Cap > 256) k > 80 always sorts 256: there S is
+// In the 8-maxima kernel (Cap > kWarpCap) k > 80 always sorts 256: there S is
 // 128 or more in about half the rows, and rows alternating between the 128-
 // and the 256-key sort measured slower than the 256-key sort alone (H200,
 // fp32, 16384 x 8192: k = 96 328 us against 226 at k = 80 and 288 at k =
@@ -396,21 +397,22 @@ __device__ __forceinline__ void warp_sort_emit(const uint64_t* buf, int S, int k
 template <int Cap>
 __device__ __forceinline__ void warp_finish(const uint64_t* buf, int S, int k, int order, int tie,
                                             const RowCtx& c, const OutRow& out) {
-  const int need = Cap > 256 && k > 80 ? max(S, 129) : max(S, k);
+  constexpr bool kWide = Cap > kWarpCap;  // the 8-maxima kernel
+  const int need = kWide && k > 80 ? max(S, 129) : max(S, k);
   if (need <= 32)
-    warp_sort_emit<1, (Cap > 256)>(buf, S, k, order, tie, c, out);
+    warp_sort_emit<1, kWide>(buf, S, k, order, tie, c, out);
   else if (need <= 64)
-    warp_sort_emit<2, (Cap > 256)>(buf, S, k, order, tie, c, out);
+    warp_sort_emit<2, kWide>(buf, S, k, order, tie, c, out);
   else if (need <= 128)
-    warp_sort_emit<4, (Cap > 256)>(buf, S, k, order, tie, c, out);
+    warp_sort_emit<4, kWide>(buf, S, k, order, tie, c, out);
   else {
-    if constexpr (Cap > 256) {
+    if constexpr (kWide) {
       if (need > 256) {
-        warp_sort_emit<16, (Cap > 256)>(buf, S, k, order, tie, c, out);
+        warp_sort_emit<16, kWide>(buf, S, k, order, tie, c, out);
         return;
       }
     }
-    warp_sort_emit<8, (Cap > 256)>(buf, S, k, order, tie, c, out);
+    warp_sort_emit<8, kWide>(buf, S, k, order, tie, c, out);
   }
 }
 

@@ -120,7 +120,7 @@ def test_share_skew(k, dtype):
     x[1, cols % 2 == 1] += 20.0  # fp32 share 1 of 2; 16-bit odd columns
     x[2, (cols % 1024) < 512] += 20.0  # 16-bit shares 0-1 of 4 (a lane's vectors 0-1 of a chunk)
     x[3, (cols % 256) < 8] += 20.0  # one lane's columns (16-bit), two lanes' in every other vector (fp32)
-    x[3, (cols % 1024) < 256] += 5.0  # 16-bit share pair (vector 0) of 8; fp32 odd-vector shares stay low
+    x[3, (cols % 1024) < 256] += 5.0  # 16-bit: vector 0, shares 0-1 of 8; fp32: vectors 0-1 of each chunk
     x[4] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
     x[5, :] = torch.linspace(-1.0, 1.0, width)  # rising: every chunk raises T
     check_orders(x.to(dtype).cuda(), k)
