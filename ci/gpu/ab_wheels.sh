@@ -14,7 +14,8 @@
 # decode cells with MTP; prefill = its prefill cells; decode / anchor = its
 # k = 16 decode grid / anchor cells, in AB_DTYPE; warp = the warp kernel's
 # bf16 decode cells and fp32 k = 16 anchors; smallk = full rows at k in AB_KS,
-# default 16 32 64, fp32 and bf16), AB_PATHS
+# default 16 32 64, fp32 and bf16; sweep = ci/gpu/k_sweep.py with its
+# SWEEP_* knobs), AB_PATHS
 # (SPARSETOPK_NV_PATH values timed side by side, default auto).
 set -u
 cd "$(dirname "$0")/../.."
@@ -48,7 +49,9 @@ for ((i = 1; i <= rounds; i++)); do
                 AB_CELLS=${AB_SK_CELLS:-512x1344,4096x4096,16384x8192} timeout 100 $PY ci/gpu/ab_long.py $paths
             done
           done ;;
-        *) echo "unknown set $set (long, dsa, prefill, decode, anchor, warp, smallk)" ;;
+        sweep)  # ci/gpu/k_sweep.py's table (its SWEEP_* knobs; torch.topk off unless SWEEP_TORCH=1)
+          SWEEP_TORCH=${SWEEP_TORCH:-0} timeout 200 $PY ci/gpu/k_sweep.py | sed "s/^| /| $name | /" ;;
+        *) echo "unknown set $set (long, dsa, prefill, decode, anchor, warp, smallk, sweep)" ;;
       esac 2>&1 | grep "^|"
     done
   done

@@ -13,10 +13,10 @@
 //   skipped; otherwise T is raised and the chunk's columns >= T are appended
 //   to a per-warp shared-memory buffer. T only rises, so later chunks append
 //   little. At the end the buffer is filtered by the final T and the
-//   survivors are ranked (by counting, or a register bitonic sort above 64)
-//   on the 64-bit key (ordered score << 32 | tie word of the row-local column
-//   j; j order is the global index order because g = j * scale + offset with
-//   scale >= 1).
+//   survivors are ranked (by counting, or a register bitonic sort above 64;
+//   at k > 64 first cut to at most 128 keys, warp_cut128) on the 64-bit key
+//   (ordered score << 32 | tie word of the row-local column j; j order is
+//   the global index order because g = j * scale + offset with scale >= 1).
 //   A chunk with no forced column runs these steps on the float32 values
 //   (maxima as a tree, whose last levels give the P maxima; survivors by one
 //   float compare against T's float; positions past the row load as NaN);
@@ -306,11 +306,10 @@ template <int P>
 using WarpSmem = WarpSmemT<warp_cap(P)>;
 
 // warp_bitonic with its stage loops rolled, the in-register steps (d < P)
-// still unrolled: the same steps in a fraction of the code. For the 256-key
-// sort of the 8-maxima kernel: unrolled, it measured 471 us on ragged rows
-// (16384 x 8192 fp32, lengths in [4096, 8192], k = 96) against 280 on full
-// rows, where the warps of a block sort at about the same time; with ragged
-// rows the streaming and the sorting code run side by side on an SM.
+// still unrolled: the same steps in a fraction of the code. For the sorts of
+// the 8-maxima kernel (see warp_finish): with ragged rows the streaming and
+// the sorting code run side by side on an SM, and unrolled sort bodies then
+// measured far slower than on full rows.
 template <int P, bool DESC, typename V>
 __device__ __forceinline__ void warp_bitonic_rolled(V (&v)[P]) {
   const int lane = threadIdx.x & 31;
@@ -327,13 +326,13 @@ __device__ __forceinline__ void warp_bitonic_rolled(V (&v)[P]) {
 
 template <int P, bool DESC, bool Rolled, typename V>
 __device__ __forceinline__ void warp_sort_keys(V (&v)[P]) {
-  if constexpr (Rolled && P >= 8) warp_bitonic_rolled<P, DESC>(v);
+  if constexpr (Rolled && P >= 4) warp_bitonic_rolled<P, DESC>(v);
   else warp_bitonic<P, DESC>(v);
 }
 
 // Writes the row's output from the sorted keys (descending, P per lane).
 // Keys hold the row-local column j in their low word; 0 = empty.
-// Rolled: 256+ keys sort with warp_bitonic_rolled (the 8-maxima kernel only;
+// Rolled: the keys sort with warp_bitonic_rolled (the 8-maxima kernel only;
 // the other kernels keep their measured code).
 template <int P, bool Rolled = false>
 __device__ __forceinline__ void warp_emit(uint64_t (&v)[P], int k, int order, int tie, const RowCtx& c,
@@ -388,49 +387,134 @@ __device__ __forceinline__ void warp_sort_emit(const uint64_t* buf, int S, int k
   warp_emit<P, Rolled>(v, k, order, tie, c, out);
 }
 
-// Sorts the S <= Cap keys of buf (k <= Cap) and writes the output.
-// In the 8-maxima kernel (Cap > kWarpCap) k > 80 always sorts 256: there S is
-// 128 or more in about half the rows, and rows alternating between the 128-
-// and the 256-key sort measured slower than the 256-key sort alone (H200,
-// fp32, 16384 x 8192: k = 96 328 us against 226 at k = 80 and 288 at k =
-// 128; two large unrolled sort bodies, so likely instruction-cache misses).
-template <int Cap>
-__device__ __forceinline__ void warp_finish(const uint64_t* buf, int S, int k, int order, int tie,
-                                            const RowCtx& c, const OutRow& out) {
-  constexpr bool kWide = Cap > kWarpCap;  // the 8-maxima kernel
-  const int need = kWide && k > 80 ? max(S, 129) : max(S, k);
-  if (need <= 32)
-    warp_sort_emit<1, kWide>(buf, S, k, order, tie, c, out);
-  else if (need <= 64)
-    warp_sort_emit<2, kWide>(buf, S, k, order, tie, c, out);
-  else if (need <= 128)
-    warp_sort_emit<4, kWide>(buf, S, k, order, tie, c, out);
-  else {
-    if constexpr (kWide) {
-      if (need > 256) {
-        warp_sort_emit<16, kWide>(buf, S, k, order, tie, c, out);
-        return;
-      }
-    }
-    warp_sort_emit<8, kWide>(buf, S, k, order, tie, c, out);
-  }
-}
-
-// Keeps the buffer entries whose ordered score is >= Tadm (order preserved).
-__device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm) {
+// Keeps the first cnt entries of buf for which keep(key) holds (order preserved).
+template <class Keep>
+__device__ __forceinline__ int warp_compact(uint64_t* buf, int cnt, Keep keep) {
   const int lane = threadIdx.x & 31;
   int out = 0;
   for (int b = 0; b < cnt; b += 32) {
     const int i = b + lane;
     const uint64_t x = i < cnt ? buf[i] : 0ull;
-    const bool keep = i < cnt && uint32_t(x >> 32) >= Tadm;
-    const uint32_t bal = __ballot_sync(0xffffffffu, keep);
+    const bool kept = i < cnt && keep(x);
+    const uint32_t bal = __ballot_sync(0xffffffffu, kept);
     __syncwarp();
-    if (keep) buf[out + __popc(bal & ((1u << lane) - 1u))] = x;
+    if (kept) buf[out + __popc(bal & ((1u << lane) - 1u))] = x;
     out += __popc(bal);
     __syncwarp();
   }
   return out;
+}
+
+// Keeps the buffer entries whose ordered score is >= Tadm (order preserved).
+__device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm) {
+  return warp_compact(buf, cnt, [Tadm](uint64_t x) { return uint32_t(x >> 32) >= Tadm; });
+}
+
+// Cuts the S keys of buf (128 < S <= 256, distinct, k <= 128) to the k..128
+// keys >= a threshold key L, for a 128-key sort: L is at most the k-th
+// largest key, so they hold the top k. L is built bit by bit, a bit kept
+// when at least k keys stay >= it, until at most 128 do: first on the score
+// word (enough unless more than 128 - k keys tie with the k-th score), then
+// on the tie word of the keys tied there. Only bits where those words differ
+// are tried (16-bit scores leave 16 low bits equal, column indices their
+// high bits), each by a warp-wide count over eight registers a lane.
+// Returns the keys kept.
+__device__ __forceinline__ int warp_cut128(uint64_t* buf, int S, int k) {
+  const int lane = threadIdx.x & 31;
+  uint32_t hw[8], lw[8];  // score and tie words; 0 past S (every score is >= 1)
+  uint32_t hi = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int e = i * 32 + lane;
+    const uint64_t x = e < S ? buf[e] : 0ull;
+    hw[i] = uint32_t(x >> 32);
+    lw[i] = uint32_t(x);
+    hi = max(hi, hw[i]);
+  }
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  uint32_t var = 0;  // bits where some score differs from hi
+#pragma unroll
+  for (int i = 0; i < 8; ++i) var |= i * 32 + lane < S ? hw[i] ^ hi : 0u;
+  var = __reduce_or_sync(0xffffffffu, var);
+  // every score is hi with some bits of var cleared, so each is >= hi & ~var
+  uint32_t L = hi & ~var;
+  int C = S;  // keys >= L
+  while (var && C > 128) {
+    const uint32_t bit = 0x80000000u >> __clz(var);
+    var ^= bit;
+    uint32_t n = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) n += hw[i] >= (L | bit);
+    n = __reduce_add_sync(0xffffffffu, n);
+    if (int(n) >= k) {
+      L |= bit;
+      C = int(n);
+    }
+  }
+  uint32_t Lw = 0;
+  if (C > 128) {
+    // L is the k-th largest score and more than 128 - k keys tie there:
+    // the same on their tie words, above them the keys scoring above L
+    uint32_t above = 0, ref = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      above += hw[i] > L;
+      ref = hw[i] == L ? max(ref, lw[i]) : ref;
+    }
+    above = __reduce_add_sync(0xffffffffu, above);
+    ref = __reduce_max_sync(0xffffffffu, ref);
+    uint32_t var2 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) var2 |= hw[i] == L ? lw[i] ^ ref : 0u;
+    var2 = __reduce_or_sync(0xffffffffu, var2);
+    Lw = ref & ~var2;
+    while (var2 && C > 128) {  // ends at the k-th key at the latest (keys are distinct)
+      const uint32_t bit = 0x80000000u >> __clz(var2);
+      var2 ^= bit;
+      uint32_t n = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) n += hw[i] == L && lw[i] >= (Lw | bit);
+      n = above + __reduce_add_sync(0xffffffffu, n);
+      if (int(n) >= k) {
+        Lw |= bit;
+        C = int(n);
+      }
+    }
+  }
+  const uint64_t Lk = (uint64_t(L) << 32) | Lw;
+  return warp_compact(buf, S, [Lk](uint64_t x) { return x >= Lk; });
+}
+
+// Sorts the S <= Cap keys of buf (k <= Cap) and writes the output.
+// The 8-maxima kernel (Cap > kWarpCap, k > 64) sorts 128 keys whatever S
+// (up to 256, cut first by warp_cut128; 512 for rare rows), with its stage
+// loops rolled: rows alternating between sorts of different sizes, or
+// unrolled sort bodies, measured slower, most on ragged rows where the
+// streaming and the sorting of the warps of an SM interleave (H200, fp32,
+// 16384 x 8192, lengths in [4096, 8192], k = 96: 471 us with the unrolled
+// 256-key sort, 276 rolled, 220 cut to 128 and rolled; likely instruction-
+// cache misses).
+template <int Cap>
+__device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int order, int tie,
+                                            const RowCtx& c, const OutRow& out) {
+  if constexpr (Cap > kWarpCap) {
+    if (S > 256) {
+      warp_sort_emit<16, true>(buf, S, k, order, tie, c, out);
+    } else {
+      if (S > 128) S = warp_cut128(buf, S, k);
+      warp_sort_emit<4, true>(buf, S, k, order, tie, c, out);
+    }
+    return;
+  }
+  const int need = max(S, k);
+  if (need <= 32)
+    warp_sort_emit<1, false>(buf, S, k, order, tie, c, out);
+  else if (need <= 64)
+    warp_sort_emit<2, false>(buf, S, k, order, tie, c, out);
+  else if (need <= 128)
+    warp_sort_emit<4, false>(buf, S, k, order, tie, c, out);
+  else
+    warp_sort_emit<8, false>(buf, S, k, order, tie, c, out);
 }
 
 // Room in the buffer for this chunk's survivors (`mine` in this lane): the

@@ -126,6 +126,53 @@ def test_share_skew(k, dtype):
     check_orders(x.to(dtype).cuda(), k)
 
 
+def _ulp_run(n, dtype, g):
+    """n consecutive representable values from 1.0 up (each one ulp above the
+    last), shuffled: distinct scores that differ in their lowest bit."""
+    if dtype == torch.float32:
+        bits = 0x3F800000 + torch.randperm(n, generator=g, dtype=torch.int32)
+        return bits.view(torch.float32)
+    base = 0x3F80 if dtype == torch.bfloat16 else 0x3C00
+    bits = (base + torch.randperm(n, generator=g)).to(torch.int16)
+    return bits.view(dtype)
+
+
+@pytest.mark.parametrize("width", [300, 4096])
+@pytest.mark.parametrize("k", [65, 96, 118, 127, 128])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_survivor_cut(k, width, dtype):
+    # k = 65-128 cuts 129-256 survivors to at most 128 before the sort
+    # (warp_cut128: a threshold key built bit by bit, on the score word, then
+    # on the tie word of the keys tied at the k-th score). Rows whose top
+    # scores are one ulp apart (the cut must resolve the lowest bit), whose
+    # k-th score is tied across more keys than 128 - k (the tie words decide),
+    # ties that straddle the k-th within the 128, more than 256 survivors (no
+    # cut), scores of both signs, +-0 and NaN among the survivors. Low filler
+    # elsewhere.
+    g = torch.Generator(device="cpu").manual_seed(k * 7919 + width)
+    rows = []
+
+    def row(*parts):
+        r = (torch.randn(width, generator=g) - 20.0).to(dtype)
+        pos = torch.randperm(width, generator=g)
+        at = 0
+        for v in parts:
+            r[pos[at : at + v.numel()]] = v.to(dtype)
+            at += v.numel()
+        rows.append(r)
+
+    for n in (129, 200, 250):
+        row(_ulp_run(n, dtype, g))
+    big = torch.randn(60, generator=g) + 8.0
+    row(big, torch.ones(100))  # 160 score >= 1.0: no threshold keeps k to 128
+    row(torch.randn(k - 10, generator=g) + 8.0, torch.ones(20))  # k + 10 score >= 1.0
+    row(torch.randn(200, generator=g), torch.full((width - 200,), float("-inf")))  # both signs survive
+    row(torch.randn(100, generator=g) + 8.0, torch.zeros(60), torch.full((60,), -0.0))
+    row(torch.randn(50, generator=g) + 8.0, torch.full((150,), float("nan")))
+    row(torch.randn(40, generator=g) + 8.0, torch.ones(min(300, width - 40)))
+    check_orders(torch.stack(rows).cuda(), k)
+
+
 @pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128])
 def test_geometry_at_chunk_edges(k):
     g = torch.Generator(device="cpu").manual_seed(7)
