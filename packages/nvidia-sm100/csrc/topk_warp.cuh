@@ -14,7 +14,7 @@
 //   to a per-warp shared-memory buffer. T only rises, so later chunks append
 //   little. At the end the buffer is filtered by the final T and the
 //   survivors are ranked (by counting, or a register bitonic sort above 64;
-//   at k > 64 first cut to at most 128 keys, warp_cut128) on the 64-bit key
+//   at k > 32 first cut to at most 64 / 128 keys, warp_cut) on the 64-bit key
 //   (ordered score << 32 | tie word of the row-local column j; j order is
 //   the global index order because g = j * scale + offset with scale >= 1).
 //   A chunk with no forced column runs these steps on the float32 values
@@ -388,8 +388,8 @@ __device__ __forceinline__ void warp_sort_emit(const uint64_t* buf, int S, int k
 }
 
 // Keeps the first cnt entries of buf for which keep(key) holds (order preserved).
-template <class Keep>
-__device__ __forceinline__ int warp_compact(uint64_t* buf, int cnt, Keep keep) {
+template <class Pred>
+__device__ __forceinline__ int warp_compact(uint64_t* buf, int cnt, Pred keep) {
   const int lane = threadIdx.x & 31;
   int out = 0;
   for (int b = 0; b < cnt; b += 32) {
@@ -410,16 +410,17 @@ __device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm
   return warp_compact(buf, cnt, [Tadm](uint64_t x) { return uint32_t(x >> 32) >= Tadm; });
 }
 
-// Cuts the S keys of buf (128 < S <= 256, distinct, k <= 128) to the k..128
-// keys >= a threshold key L, for a 128-key sort: L is at most the k-th
-// largest key, so they hold the top k. L is built bit by bit, a bit kept
-// when at least k keys stay >= it, until at most 128 do: first on the score
-// word (enough unless more than 128 - k keys tie with the k-th score), then
-// on the tie word of the keys tied there. Only bits where those words differ
-// are tried (16-bit scores leave 16 low bits equal, column indices their
-// high bits), each by a warp-wide count over eight registers a lane.
-// Returns the keys kept.
-__device__ __forceinline__ int warp_cut128(uint64_t* buf, int S, int k) {
+// Cuts the S keys of buf (Keep < S <= 256, distinct, k <= Keep) to the
+// k..Keep keys >= a threshold key L, for a sort of Keep keys or the counting
+// rank: L is at most the k-th largest key, so they hold the top k. L is
+// built bit by bit, a bit kept when at least k keys stay >= it, until at
+// most Keep do: first on the score word (enough unless more than Keep - k
+// keys tie with the k-th score), then on the tie word of the keys tied
+// there. Only bits where those words differ are tried (16-bit scores leave
+// 16 low bits equal, column indices their high bits), each by a warp-wide
+// count over eight registers a lane. Returns the keys kept.
+template <int Keep>
+__device__ __forceinline__ int warp_cut(uint64_t* buf, int S, int k) {
   const int lane = threadIdx.x & 31;
   uint32_t hw[8], lw[8];  // score and tie words; 0 past S (every score is >= 1)
   uint32_t hi = 0;
@@ -439,7 +440,7 @@ __device__ __forceinline__ int warp_cut128(uint64_t* buf, int S, int k) {
   // every score is hi with some bits of var cleared, so each is >= hi & ~var
   uint32_t L = hi & ~var;
   int C = S;  // keys >= L
-  while (var && C > 128) {
+  while (var && C > Keep) {
     const uint32_t bit = 0x80000000u >> __clz(var);
     var ^= bit;
     uint32_t n = 0;
@@ -452,8 +453,8 @@ __device__ __forceinline__ int warp_cut128(uint64_t* buf, int S, int k) {
     }
   }
   uint32_t Lw = 0;
-  if (C > 128) {
-    // L is the k-th largest score and more than 128 - k keys tie there:
+  if (C > Keep) {
+    // L is the k-th largest score and more than Keep - k keys tie there:
     // the same on their tie words, above them the keys scoring above L
     uint32_t above = 0, ref = 0;
 #pragma unroll
@@ -468,7 +469,7 @@ __device__ __forceinline__ int warp_cut128(uint64_t* buf, int S, int k) {
     for (int i = 0; i < 8; ++i) var2 |= hw[i] == L ? lw[i] ^ ref : 0u;
     var2 = __reduce_or_sync(0xffffffffu, var2);
     Lw = ref & ~var2;
-    while (var2 && C > 128) {  // ends at the k-th key at the latest (keys are distinct)
+    while (var2 && C > Keep) {  // ends at the k-th key at the latest (keys are distinct)
       const uint32_t bit = 0x80000000u >> __clz(var2);
       var2 ^= bit;
       uint32_t n = 0;
@@ -487,7 +488,7 @@ __device__ __forceinline__ int warp_cut128(uint64_t* buf, int S, int k) {
 
 // Sorts the S <= Cap keys of buf (k <= Cap) and writes the output.
 // The 8-maxima kernel (Cap > kWarpCap, k > 64) sorts 128 keys whatever S
-// (up to 256, cut first by warp_cut128; 512 for rare rows), with its stage
+// (up to 256, cut first by warp_cut; 512 for rare rows), with its stage
 // loops rolled: rows alternating between sorts of different sizes, or
 // unrolled sort bodies, measured slower, most on ragged rows where the
 // streaming and the sorting of the warps of an SM interleave (H200, fp32,
@@ -501,7 +502,7 @@ __device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int ord
     if (S > 256) {
       warp_sort_emit<16, true>(buf, S, k, order, tie, c, out);
     } else {
-      if (S > 128) S = warp_cut128(buf, S, k);
+      if (S > 128) S = warp_cut<128>(buf, S, k);
       warp_sort_emit<4, true>(buf, S, k, order, tie, c, out);
     }
     return;
@@ -994,7 +995,11 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, R
     S = warp_radix_fallback(row, k, p.tie, sm);
   else
     S = warp_filter(sm.cand, cnt, Tadm);
-  if (S <= 64)
+  // k = 33-64: 65-256 survivors are cut to at most 64, so the counting rank
+  // serves every row and the kernel has no sort
+  if constexpr (P == 4)
+    if (S > 64) S = warp_cut<64>(sm.cand, S, k);
+  if (P == 4 || S <= 64)
     warp_count_emit(sm.cand, S, k, p.order, p.tie, c, out);
   else
     warp_finish<WarpSmem<P>::kCap>(sm.cand, S, k, p.order, p.tie, c, out);

@@ -138,17 +138,18 @@ def _ulp_run(n, dtype, g):
 
 
 @pytest.mark.parametrize("width", [300, 4096])
-@pytest.mark.parametrize("k", [65, 96, 118, 127, 128])
+@pytest.mark.parametrize("k", [33, 48, 64, 65, 96, 118, 127, 128])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_survivor_cut(k, width, dtype):
-    # k = 65-128 cuts 129-256 survivors to at most 128 before the sort
-    # (warp_cut128: a threshold key built bit by bit, on the score word, then
-    # on the tie word of the keys tied at the k-th score). Rows whose top
-    # scores are one ulp apart (the cut must resolve the lowest bit), whose
-    # k-th score is tied across more keys than 128 - k (the tie words decide),
-    # ties that straddle the k-th within the 128, more than 256 survivors (no
-    # cut), scores of both signs, +-0 and NaN among the survivors. Low filler
-    # elsewhere.
+    # k = 65-128 cuts 129-256 survivors to at most 128 keys before the sort,
+    # k = 33-64 65-256 survivors to at most 64 before the counting rank
+    # (warp_cut: a threshold key built bit by bit on the score word, then on
+    # the tie word of the keys tied at the k-th score). Rows whose top scores
+    # are one ulp apart (the cut must resolve the lowest bit), whose k-th
+    # score is tied across more keys than 128 - k or 64 - k (the tie words
+    # decide), ties that straddle the k-th inside the cut, more than 256
+    # survivors (no cut at k > 64, the exact fallback at k <= 64), scores of
+    # both signs, +-0 and NaN among the survivors. Low filler elsewhere.
     g = torch.Generator(device="cpu").manual_seed(k * 7919 + width)
     rows = []
 
@@ -161,11 +162,12 @@ def test_survivor_cut(k, width, dtype):
             at += v.numel()
         rows.append(r)
 
-    for n in (129, 200, 250):
+    for n in (80, 129, 200, 250):
         row(_ulp_run(n, dtype, g))
     big = torch.randn(60, generator=g) + 8.0
     row(big, torch.ones(100))  # 160 score >= 1.0: no threshold keeps k to 128
     row(torch.randn(k - 10, generator=g) + 8.0, torch.ones(20))  # k + 10 score >= 1.0
+    row(torch.randn(20, generator=g) + 8.0, torch.ones(80))  # 100 score >= 1.0: the tie words decide at k > 20
     row(torch.randn(200, generator=g), torch.full((width - 200,), float("-inf")))  # both signs survive
     row(torch.randn(100, generator=g) + 8.0, torch.zeros(60), torch.full((60,), -0.0))
     row(torch.randn(50, generator=g) + 8.0, torch.full((150,), float("nan")))
