@@ -410,79 +410,29 @@ __device__ __forceinline__ int warp_filter(uint64_t* buf, int cnt, uint32_t Tadm
   return warp_compact(buf, cnt, [Tadm](uint64_t x) { return uint32_t(x >> 32) >= Tadm; });
 }
 
+// Warp-wide reductions for cut_threshold (warp_math.h).
+struct WarpReduce {
+  __device__ __forceinline__ uint32_t max(uint32_t x) const { return __reduce_max_sync(0xffffffffu, x); }
+  __device__ __forceinline__ uint32_t bor(uint32_t x) const { return __reduce_or_sync(0xffffffffu, x); }
+  __device__ __forceinline__ uint32_t add(uint32_t x) const { return __reduce_add_sync(0xffffffffu, x); }
+};
+
 // Cuts the S keys of buf (Keep < S <= 256, distinct, k <= Keep) to the
-// k..Keep keys >= a threshold key L, for a sort of Keep keys or the counting
-// rank: L is at most the k-th largest key, so they hold the top k. L is
-// built bit by bit, a bit kept when at least k keys stay >= it, until at
-// most Keep do: first on the score word (enough unless more than Keep - k
-// keys tie with the k-th score), then on the tie word of the keys tied
-// there. Only bits where those words differ are tried (16-bit scores leave
-// 16 low bits equal, column indices their high bits), each by a warp-wide
-// count over eight registers a lane. Returns the keys kept.
+// k..Keep keys >= cut_threshold's key, for a sort of Keep keys or the
+// counting rank: they hold the top k. Eight keys a lane, each search step
+// one warp-wide count. Returns the keys kept.
 template <int Keep>
 __device__ __forceinline__ int warp_cut(uint64_t* buf, int S, int k) {
   const int lane = threadIdx.x & 31;
   uint32_t hw[8], lw[8];  // score and tie words; 0 past S (every score is >= 1)
-  uint32_t hi = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int e = i * 32 + lane;
     const uint64_t x = e < S ? buf[e] : 0ull;
     hw[i] = uint32_t(x >> 32);
     lw[i] = uint32_t(x);
-    hi = max(hi, hw[i]);
   }
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  uint32_t var = 0;  // bits where some score differs from hi
-#pragma unroll
-  for (int i = 0; i < 8; ++i) var |= i * 32 + lane < S ? hw[i] ^ hi : 0u;
-  var = __reduce_or_sync(0xffffffffu, var);
-  // every score is hi with some bits of var cleared, so each is >= hi & ~var
-  uint32_t L = hi & ~var;
-  int C = S;  // keys >= L
-  while (var && C > Keep) {
-    const uint32_t bit = 0x80000000u >> __clz(var);
-    var ^= bit;
-    uint32_t n = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) n += hw[i] >= (L | bit);
-    n = __reduce_add_sync(0xffffffffu, n);
-    if (int(n) >= k) {
-      L |= bit;
-      C = int(n);
-    }
-  }
-  uint32_t Lw = 0;
-  if (C > Keep) {
-    // L is the k-th largest score and more than Keep - k keys tie there:
-    // the same on their tie words, above them the keys scoring above L
-    uint32_t above = 0, ref = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      above += hw[i] > L;
-      ref = hw[i] == L ? max(ref, lw[i]) : ref;
-    }
-    above = __reduce_add_sync(0xffffffffu, above);
-    ref = __reduce_max_sync(0xffffffffu, ref);
-    uint32_t var2 = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) var2 |= hw[i] == L ? lw[i] ^ ref : 0u;
-    var2 = __reduce_or_sync(0xffffffffu, var2);
-    Lw = ref & ~var2;
-    while (var2 && C > Keep) {  // ends at the k-th key at the latest (keys are distinct)
-      const uint32_t bit = 0x80000000u >> __clz(var2);
-      var2 ^= bit;
-      uint32_t n = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) n += hw[i] == L && lw[i] >= (Lw | bit);
-      n = above + __reduce_add_sync(0xffffffffu, n);
-      if (int(n) >= k) {
-        Lw |= bit;
-        C = int(n);
-      }
-    }
-  }
-  const uint64_t Lk = (uint64_t(L) << 32) | Lw;
+  const uint64_t Lk = cut_threshold<8>(hw, lw, S, k, Keep, [&](int i) { return i * 32 + lane < S; }, WarpReduce{});
   return warp_compact(buf, S, [Lk](uint64_t x) { return x >= Lk; });
 }
 

@@ -1,7 +1,9 @@
 """The warp kernel's host-compilable integer helpers (csrc/warp_math.h) on the
 CPU, against brute force: `half_counts`, which recovers how many 16-bit halves
 passed a packed compare from the 32-bit sum of the compare's 0xffff / 0 masks
-(the count behind `warp_kth16`'s threshold). Needs a host C++ compiler."""
+(the count behind `warp_kth16`'s threshold), and `cut_threshold`, the key
+below which `warp_cut` drops survivors before the sort (it must keep the top
+k and at most 64 / 128 keys). Needs a host C++ compiler."""
 
 import pathlib
 import shutil
@@ -50,14 +52,82 @@ int main() {
 """
 
 
-def test_half_counts_recovers_both_halves(tmp_path):
+CUT_SRC = r"""
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+#include "warp_math.h"
+struct One {  // a single holder: no reduction
+  uint32_t max(uint32_t x) const { return x; }
+  uint32_t bor(uint32_t x) const { return x; }
+  uint32_t add(uint32_t x) const { return x; }
+};
+int main() {
+  std::mt19937 g(7);
+  uint64_t bad = 0, n = 0, tie_steps = 0;
+  for (int t = 0; t < 300000; ++t) {
+    const int keep = (t & 1) ? 128 : 64;
+    const int S = keep + 1 + int(g() % (256 - keep));
+    const int k = 1 + int(g() % keep);
+    uint32_t hw[256] = {}, lw[256] = {};
+    // scores: spread, a few tied values, one ulp apart, 16-bit (low half 0)
+    const int kind = int(g() % 4);
+    const uint32_t base = 1u + (g() >> 1);
+    std::vector<uint32_t> cols(4096);
+    for (uint32_t j = 0; j < 4096; ++j) cols[j] = (t & 2) ? ~j : j;  // either tie rule's word
+    std::shuffle(cols.begin(), cols.end(), g);
+    for (int i = 0; i < S; ++i) {
+      uint32_t h;
+      if (kind == 0) h = 1u + g() % 0xfffffffeu;
+      else if (kind == 1) h = base + g() % (1u + g() % 6u);
+      else if (kind == 2) h = base + g() % uint32_t(S);
+      else h = ((base >> 16) + g() % 64u) << 16 | 0u;
+      hw[i] = h ? h : 1u;
+      lw[i] = cols[i];  // distinct columns: distinct keys
+    }
+    const uint64_t Lk = stk_nv::cut_threshold<256>(hw, lw, S, k, keep, [S](int i) { return i < S; }, One{});
+    std::vector<uint64_t> keys(S);
+    int C = 0;
+    for (int i = 0; i < S; ++i) {
+      keys[i] = (uint64_t(hw[i]) << 32) | lw[i];
+      C += keys[i] >= Lk;
+    }
+    std::sort(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) { return a > b; });
+    tie_steps += uint32_t(Lk) != 0u;
+    // the top k kept (Lk <= the k-th key), and no more than keep keys
+    bad += !(Lk <= keys[k - 1] && C >= k && C <= keep);
+    ++n;
+  }
+  std::printf("%llu %llu %llu\n", (unsigned long long)bad, (unsigned long long)n, (unsigned long long)tie_steps);
+  return bad != 0;
+}
+"""
+
+
+def _compile_and_run(tmp_path, src):
     cxx = shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no host C++ compiler")
-    (tmp_path / "t.cpp").write_text(SRC)
+    (tmp_path / "t.cpp").write_text(src)
     exe = tmp_path / "t"
     subprocess.run([cxx, "-O2", "-std=c++17", *[f"-I{p}" for p in INCLUDES], str(tmp_path / "t.cpp"), "-o", str(exe)],
                    check=True)
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+
+
+def test_half_counts_recovers_both_halves(tmp_path):
+    r = _compile_and_run(tmp_path, SRC)
     bad, n = r.stdout.split()
     assert r.returncode == 0 and bad == "0" and int(n) > 2_000_000, r.stdout + r.stderr
+
+
+def test_cut_threshold_keeps_the_top_k(tmp_path):
+    # random survivor sets of 65-256 keys (k <= 64) and 129-256 (k <= 128):
+    # spread scores, a few tied values (the tie-word step must run), scores one
+    # unit apart, 16-bit scores; tie words of either tie rule
+    r = _compile_and_run(tmp_path, CUT_SRC)
+    bad, n, tie_steps = r.stdout.split()
+    assert r.returncode == 0 and bad == "0" and int(n) == 300_000, r.stdout + r.stderr
+    assert int(tie_steps) > 10_000, r.stdout  # the tie-word step ran often
