@@ -10,6 +10,7 @@ appended, survivors S left after the final filter, compactions, overflows.
 
     python ci/warp_bound_model.py            # P = 8, k = 65 / 96 / 128 (the forty-first session's table)
     MODEL_P=4 MODEL_KS=33,48,64 MODEL_CAP=256 python ci/warp_bound_model.py
+    MODEL_KS=160,192 MODEL_RANKS=4,5,6 MODEL_CAP=1024 python ci/warp_bound_model.py  # k past 128
 """
 import os
 
@@ -64,7 +65,8 @@ def counted(rank_of):
 
 
 RULES = {"exact": exact}
-for r in range(1, P // 2 + 1):
+RANKS = [int(r) for r in os.environ.get("MODEL_RANKS", ",".join(str(r) for r in range(1, P // 2 + 1))).split(",")]
+for r in RANKS:
     RULES[f"rank {r}"] = counted(lambda k, r=r: r)
 rng = np.random.default_rng(0)
 print(f"P = {P}, buffer {CAP} keys, {ROWS} N(0, 1) rows a cell")
