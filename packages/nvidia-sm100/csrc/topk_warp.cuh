@@ -436,38 +436,6 @@ __device__ __forceinline__ int warp_cut(uint64_t* buf, int S, int k) {
   return warp_compact(buf, S, [Lk](uint64_t x) { return x >= Lk; });
 }
 
-// Sorts the S <= Cap keys of buf (k <= Cap) and writes the output.
-// The 8-maxima kernel (Cap > kWarpCap, k > 64) sorts 128 keys whatever S
-// (up to 256, cut first by warp_cut; 512 for rare rows), with its stage
-// loops rolled: rows alternating between sorts of different sizes, or
-// unrolled sort bodies, measured slower, most on ragged rows where the
-// streaming and the sorting of the warps of an SM interleave (H200, fp32,
-// 16384 x 8192, lengths in [4096, 8192], k = 96: 471 us with the unrolled
-// 256-key sort, 276 rolled, 220 cut to 128 and rolled; likely instruction-
-// cache misses).
-template <int Cap>
-__device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int order, int tie,
-                                            const RowCtx& c, const OutRow& out) {
-  if constexpr (Cap > kWarpCap) {
-    if (S > 256) {
-      warp_sort_emit<16, true>(buf, S, k, order, tie, c, out);
-    } else {
-      if (S > 128) S = warp_cut<128>(buf, S, k);
-      warp_sort_emit<4, true>(buf, S, k, order, tie, c, out);
-    }
-    return;
-  }
-  const int need = max(S, k);
-  if (need <= 32)
-    warp_sort_emit<1, false>(buf, S, k, order, tie, c, out);
-  else if (need <= 64)
-    warp_sort_emit<2, false>(buf, S, k, order, tie, c, out);
-  else if (need <= 128)
-    warp_sort_emit<4, false>(buf, S, k, order, tie, c, out);
-  else
-    warp_sort_emit<8, false>(buf, S, k, order, tie, c, out);
-}
-
 // Room in the buffer for this chunk's survivors (`mine` in this lane): the
 // warp's inclusive scan of them (*incl) and their total (*inc). A full
 // buffer is first compacted against Tadm. False: they still do not fit.
@@ -627,6 +595,48 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
   for (int pos = kk + lane; pos < k; pos += 32) {
     out.idx[pos] = -1;
     if (out.val) out.val[pos] = -__int_as_float(0x7f800000);
+  }
+}
+
+// Ranks the S survivors of buf (S <= the kernel's buffer, distinct keys) and
+// writes the output, every slot. At most 64 are ranked by counting. Above
+// that, k = 33-64 (P = 4) cuts them to at most 64 first (warp_cut), so that
+// kernel has no sort; k = 65-128 (P = 8) cuts 129-256 to at most 128 and
+// sorts 128 keys whatever S (512 for rare rows), with its stage loops
+// rolled: rows alternating between sorts of different sizes, or unrolled
+// sort bodies, measured slower, most on ragged rows where the streaming and
+// the sorting of the warps of an SM interleave (H200, fp32, 16384 x 8192,
+// lengths in [4096, 8192], k = 96: 471 us with the unrolled 256-key sort,
+// 276 rolled, 220 cut to 128 and rolled; likely instruction-cache misses);
+// k <= 32 sorts 128 or 256 keys, unrolled.
+template <int P>
+__device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int order, int tie, const RowCtx& c,
+                                            const OutRow& out) {
+  if constexpr (P == 4) {
+    if (S > 64) S = warp_cut<64>(buf, S, k);
+  }
+  if (P == 4 || S <= 64) {
+    warp_count_emit(buf, S, k, order, tie, c, out);
+  } else if constexpr (P == 8) {
+    if (S > 256) {
+      warp_sort_emit<16, true>(buf, S, k, order, tie, c, out);
+    } else {
+      if (S > 128) S = warp_cut<128>(buf, S, k);
+      warp_sort_emit<4, true>(buf, S, k, order, tie, c, out);
+    }
+  } else {
+    // k <= 32 < S, so need > 64; the two smaller sorts are never taken, but
+    // without them the k <= 32 kernels' registers changed (their measured code
+    // is kept)
+    const int need = max(S, k);
+    if (need <= 32)
+      warp_sort_emit<1, false>(buf, S, k, order, tie, c, out);
+    else if (need <= 64)
+      warp_sort_emit<2, false>(buf, S, k, order, tie, c, out);
+    else if (need <= 128)
+      warp_sort_emit<4, false>(buf, S, k, order, tie, c, out);
+    else
+      warp_sort_emit<8, false>(buf, S, k, order, tie, c, out);
   }
 }
 
@@ -945,14 +955,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, R
     S = warp_radix_fallback(row, k, p.tie, sm);
   else
     S = warp_filter(sm.cand, cnt, Tadm);
-  // k = 33-64: 65-256 survivors are cut to at most 64, so the counting rank
-  // serves every row and the kernel has no sort
-  if constexpr (P == 4)
-    if (S > 64) S = warp_cut<64>(sm.cand, S, k);
-  if (P == 4 || S <= 64)
-    warp_count_emit(sm.cand, S, k, p.order, p.tie, c, out);
-  else
-    warp_finish<WarpSmem<P>::kCap>(sm.cand, S, k, p.order, p.tie, c, out);
+  warp_finish<P>(sm.cand, S, k, p.order, p.tie, c, out);
 }
 
 template <typename T, int P>
