@@ -172,7 +172,19 @@ def test_survivor_cut(k, width, dtype):
     row(torch.randn(100, generator=g) + 8.0, torch.zeros(60), torch.full((60,), -0.0))
     row(torch.randn(50, generator=g) + 8.0, torch.full((150,), float("nan")))
     row(torch.randn(40, generator=g) + 8.0, torch.ones(min(300, width - 40)))
-    check_orders(torch.stack(rows).cuda(), k)
+    x = torch.stack(rows)
+    check_orders(x.cuda(), k)
+    # the same rows cut short by lengths (negative to past the buffer), with
+    # scores above all others in the dirty columns past each length
+    n = width
+    cuts = [n, n - 7, 3 * n // 4, n // 2 + 13, k + 1, k, 1, 0, -3, n + 5, 10**7, n - 1]
+    lengths = torch.tensor([cuts[i % len(cuts)] for i in range(x.shape[0])])
+    dirty = x.clone()
+    for i, ln in enumerate(lengths.tolist()):
+        dirty[i, max(ln, 0) :] = 30.0
+    for order in ("rank", "index", "any"):
+        for tie in ("low", "high"):
+            _check(dirty.cuda(), k, order=order, tie_break=tie, lengths=lengths.cuda())
 
 
 @pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128])
