@@ -110,6 +110,14 @@ chk(dec, 128, order="index")
 chk(torch.randn(32, 5000, generator=g).to(dev).to(torch.bfloat16), 100, order="any", tie_break="high")
 chk(skew.to(dev), 128)  # 512 survivors overflow -> radix fallback
 chk(torch.zeros(3, 3000, device=dev), 65, order="index")
+# k = 129-160: 256-key sort, cuts of up to 512 survivors with sixteen keys a lane
+chk(dec, 160)
+chk(dec, 144, order="index", tie_break="high")
+tied = torch.randn(8, 2000, generator=g) - 20.0
+tied[:, :20] += 30.0
+tied[:, 100:400] = 1.0  # 300 survivors tied at the 150th score: the tie words decide the cut
+chk(tied.to(dev), 150, order="rank")
+chk(skew.to(dev), 160, order="any")
 path()
 ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").indices for s in range(2)], 1)

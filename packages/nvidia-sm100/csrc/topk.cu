@@ -262,8 +262,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
       go(topk_warp_kernel<T, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else if (plan.warp_m == 4)
       go(topk_warp_kernel<T, 4>, blocks, 32 * plan.warp_wpb, 0, 0, p);
-    else
+    else if (p.k <= 128)
       go(topk_warp_kernel<T, 8>, blocks, 32 * plan.warp_wpb, 0, 0, p);
+    else
+      go(topk_warp_kernel<T, 8, true>, blocks, 32 * plan.warp_wpb, 0, 0, p);
   } else if (plan.sampled_rows) {
     if (plan.est_kernel)
       go(sampled_est_kernel<T>, dim3(unsigned((p.rows + kEstWarps - 1) / kEstWarps)), kEstBlock,
@@ -301,7 +303,7 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //   stream        one-block rows never keep the row resident (all streamed)
 //   online        streamed rows use the one-read online gather (off by default)
 //   no-online     streamed rows use the two-read multi-pass select (default)
-//   warp          k <= 128 always takes the warp-per-row kernel
+//   warp          k <= 160 always takes the warp-per-row kernel
 //   block         no warp-per-row kernels (topk and merge use the block ones)
 //   legacy-merge  block merges use the bitonic-sort merge_kernel (not the
 //                 bucket merge); the warp merge is unaffected
@@ -368,7 +370,7 @@ struct PathOpts {
   bool legacy_split = false;
   bool stream_all = false;
   bool online = false;  // measured on the H200: 3036 us vs 2439 us two-read (causal 128K prefill)
-  int warp = -1;  // -1 auto, 0 never, 1 always (k <= 128)
+  int warp = -1;  // -1 auto, 0 never, 1 always (k <= 160)
   bool legacy_merge = false;
   int cluster = -1;  // -1 auto (split rows that fit), 0 never, 1 always where it fits
   int cluster_n = 0;  // forced cluster size (0: chosen)
@@ -493,15 +495,22 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.cluster_mbar = opt.cluster_mbar ? 1 : 0;
   p.rank_spread = opt.rank_spread ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
-  // k <= 128: one warp per row (one read, no block syncs) unless a few very
+  // k <= 160: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each
   // (measured on the H200: below ~SMs rows the one-block kernel is faster,
-  // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins)
+  // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins).
+  // k = 129-160 only from 2048 columns: at 512 x 1344 the rows kernel is
+  // faster (H100, ragged, k = 129-160: fp32 12.5-13.2 vs 13.0-14.6 us, bf16
+  // 12.5-13.1 vs 13.0-31.6, where short 16-bit rows leave fewer than k lane
+  // values with a column and fall back), at 512 x 2048 they tie, above that
+  // the warp kernel wins (4096 x 4096 1.6x, 16384 x 8192 2.2x)
   const bool warp = k <= kWarpMaxK && opt.warp != 0 &&
-                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (W <= 16384 || p.rows >= 8 * d.sms)));
+                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (k <= 128 || W >= 2048) &&
+                                       (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
     p.res_cap = 0;
-    plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : (k <= 64 ? 4 : 8));  // k at most half of the 32 warp_m lane maxima
+    // k at most half of the 32 warp_m lane maxima (5/8 at k = 129-160)
+    plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : (k <= 64 ? 4 : 8));
     p.cand_cap = warp_cap(plan.warp_m);
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
     plan.block = 32 * plan.warp_wpb;

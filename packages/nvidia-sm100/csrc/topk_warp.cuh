@@ -1,9 +1,10 @@
 // Warp-per-row kernels for small k (decode rows) and small merges.
 //
-// topk_warp_kernel (k <= 128): one warp ranks one row in one read.
+// topk_warp_kernel (k <= 160): one warp ranks one row in one read.
 //   Each lane keeps P running maxima, each over its own share of the lane's
 //   columns (P = 1 for k <= 16, 2 for k <= 32, 4 for k <= 64, 8 for k <=
-//   128: so that k is at most half of the 32 P values). The k-th largest of the 32 P values, T,
+//   160: so that k is at most half of the 32 P values, or 5/8 of them at k
+//   = 129-160, the Wide kernel). The k-th largest of the 32 P values, T,
 //   is a lower bound of the row's k-th score (at least k distinct columns
 //   are >= T), so columns below T can never be selected. (With one maximum a
 //   lane, T at k = 32 was the least of the 32 and let ~3% of a row through:
@@ -14,7 +15,7 @@
 //   to a per-warp shared-memory buffer. T only rises, so later chunks append
 //   little. At the end the buffer is filtered by the final T and the
 //   survivors are ranked (by counting, or a register bitonic sort above 64;
-//   at k > 32 first cut to at most 64 / 128 keys, warp_cut) on the 64-bit key
+//   at k > 32 first cut to at most 64 / 128 / 256 keys, warp_cut) on the 64-bit key
 //   (ordered score << 32 | tie word of the row-local column j; j order is
 //   the global index order because g = j * scale + offset with scale >= 1).
 //   A chunk with no forced column runs these steps on the float32 values
@@ -48,8 +49,8 @@
 namespace stk_nv {
 
 constexpr int kWarpCap = 256;    // survivor buffer per warp (64-bit keys), k <= 64
-constexpr int kWarpCap8 = 512;   // ... and for k = 65-128 (8 maxima a lane)
-constexpr int kWarpMaxK = 128;   // the largest k the warp kernel takes
+constexpr int kWarpCap8 = 512;   // ... and for k = 65-160 (8 maxima a lane)
+constexpr int kWarpMaxK = 160;   // the largest k the warp kernel takes
 constexpr int kWarpChunk = 1024; // columns per chunk per warp
 constexpr int kWarpElems = 32;   // elements per lane per chunk
 constexpr int kWarpMaxWpb = 4;   // warps per block, at most
@@ -298,9 +299,10 @@ struct __align__(16) WarpSmemT {
   uint32_t hist[256];  // radix fallback; lane values for the threshold
   uint4 stage[kWarpChunk * 4 / 16];  // the chunk's raw vectors, for survivors by position
 };
-// k <= 64 keep 256 survivors; 8 maxima a lane (k = 65-128) admit about twice
+// k <= 64 keep 256 survivors; 8 maxima a lane (k = 65-160) admit about twice
 // as many before the final filter (a model of N(0, 1) rows: ~580 appended at
-// 16384 columns, k = 128, ~180 left), so 512.
+// 16384 columns, k = 128, ~180 left; k = 160 ~490-670 appended at 4096-8192
+// columns, ~250 left, ci/warp_bound_model.py), so 512.
 __host__ __device__ constexpr int warp_cap(int P) { return P == 8 ? kWarpCap8 : kWarpCap; }
 template <int P>
 using WarpSmem = WarpSmemT<warp_cap(P)>;
@@ -417,22 +419,22 @@ struct WarpReduce {
   __device__ __forceinline__ uint32_t add(uint32_t x) const { return __reduce_add_sync(0xffffffffu, x); }
 };
 
-// Cuts the S keys of buf (Keep < S <= 256, distinct, k <= Keep) to the
-// k..Keep keys >= cut_threshold's key, for a sort of Keep keys or the
-// counting rank: they hold the top k. Eight keys a lane, each search step
-// one warp-wide count. Returns the keys kept.
-template <int Keep>
-__device__ __forceinline__ int warp_cut(uint64_t* buf, int S, int k) {
+// Cuts the S keys of buf (keep < S <= 32 Q, distinct, k <= keep) to the
+// k..keep keys >= cut_threshold's key, for a sort of keep keys or the
+// counting rank: they hold the top k. Q keys a lane, each search step one
+// warp-wide count. Returns the keys kept.
+template <int Q>
+__device__ __forceinline__ int warp_cut(uint64_t* buf, int S, int k, int keep) {
   const int lane = threadIdx.x & 31;
-  uint32_t hw[8], lw[8];  // score and tie words; 0 past S (every score is >= 1)
+  uint32_t hw[Q], lw[Q];  // score and tie words; 0 past S (every score is >= 1)
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < Q; ++i) {
     const int e = i * 32 + lane;
     const uint64_t x = e < S ? buf[e] : 0ull;
     hw[i] = uint32_t(x >> 32);
     lw[i] = uint32_t(x);
   }
-  const uint64_t Lk = cut_threshold<8>(hw, lw, S, k, Keep, [&](int i) { return i * 32 + lane < S; }, WarpReduce{});
+  const uint64_t Lk = cut_threshold<Q>(hw, lw, S, k, keep, [&](int i) { return i * 32 + lane < S; }, WarpReduce{});
   return warp_compact(buf, S, [Lk](uint64_t x) { return x >= Lk; });
 }
 
@@ -602,26 +604,31 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
 // writes the output, every slot. At most 64 are ranked by counting. Above
 // that, k = 33-64 (P = 4) cuts them to at most 64 first (warp_cut), so that
 // kernel has no sort; k = 65-128 (P = 8) cuts 129-256 to at most 128 and
-// sorts 128 keys whatever S (512 for rare rows), with its stage loops
+// sorts 128 keys whatever S (512 for rare rows); k = 129-160 (P = 8, Wide)
+// cuts 257-512 to at most 256 (sixteen keys a lane) and sorts 256 keys
+// whatever S. Both sort with their stage loops
 // rolled: rows alternating between sorts of different sizes, or unrolled
 // sort bodies, measured slower, most on ragged rows where the streaming and
 // the sorting of the warps of an SM interleave (H200, fp32, 16384 x 8192,
 // lengths in [4096, 8192], k = 96: 471 us with the unrolled 256-key sort,
 // 276 rolled, 220 cut to 128 and rolled; likely instruction-cache misses);
 // k <= 32 sorts 128 or 256 keys, unrolled.
-template <int P>
+template <int P, bool Wide>
 __device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int order, int tie, const RowCtx& c,
                                             const OutRow& out) {
   if constexpr (P == 4) {
-    if (S > 64) S = warp_cut<64>(buf, S, k);
+    if (S > 64) S = warp_cut<8>(buf, S, k, 64);
   }
   if (P == 4 || S <= 64) {
     warp_count_emit(buf, S, k, order, tie, c, out);
   } else if constexpr (P == 8) {
-    if (S > 256) {
+    if constexpr (Wide) {
+      if (S > 256) S = warp_cut<16>(buf, S, k, 256);
+      warp_sort_emit<8, true>(buf, S, k, order, tie, c, out);
+    } else if (S > 256) {
       warp_sort_emit<16, true>(buf, S, k, order, tie, c, out);
     } else {
-      if (S > 128) S = warp_cut<128>(buf, S, k);
+      if (S > 128) S = warp_cut<8>(buf, S, k, 128);
       warp_sort_emit<4, true>(buf, S, k, order, tie, c, out);
     }
   } else {
@@ -704,6 +711,19 @@ __device__ __forceinline__ uint32_t fourth_of_eight(const uint32_t (&v)[8]) {
   return max(max(max(a[3], b[3]), min(a[0], b[2])), max(min(a[1], b[1]), min(a[2], b[0])));
 }
 
+// The fifth largest of eight values, the same way (i + j = 5, i, j <= 4).
+__device__ __forceinline__ uint32_t fifth_of_eight(const uint32_t (&v)[8]) {
+  uint32_t a[4] = {v[0], v[1], v[2], v[3]}, b[4] = {v[4], v[5], v[6], v[7]};
+  auto cx = [](uint32_t& x, uint32_t& y) {  // x >= y after
+    const uint32_t h = max(x, y);
+    y = min(x, y);
+    x = h;
+  };
+  cx(a[0], a[1]), cx(a[2], a[3]), cx(a[0], a[2]), cx(a[1], a[3]), cx(a[1], a[2]);
+  cx(b[0], b[1]), cx(b[2], b[3]), cx(b[0], b[2]), cx(b[1], b[3]), cx(b[1], b[2]);
+  return max(max(min(a[0], b[3]), min(a[1], b[2])), max(min(a[2], b[1]), min(a[3], b[0])));
+}
+
 // warp_kth16 for P values a lane (P = 2, 4 or 8: the lane's maxima of its
 // own disjoint column shares): the lanes store their values rounded down to
 // 16 bits as P / 2 words of two halves, and each lane counts the halves >= a
@@ -714,12 +734,16 @@ __device__ __forceinline__ uint32_t fourth_of_eight(const uint32_t (&v)[8]) {
 // 10-14% slower on long rows at k = 48 / 64 and within 2% at 4096 x 4096,
 // H200, and counting all four 23-30% slower), the fourth largest (P = 8, k
 // = 65-128: in a model of N(0, 1) rows as good as the exact k-th of the 256
-// for every k there, where the second largest leaves k = 128 with no bound).
+// for every k there, where the second largest leaves k = 128 with no bound),
+// the fifth largest (Wide, k = 129-160: with the fourth, some rows at k =
+// 160 found no bound until late, overflowed the 512-key buffer and took
+// the radix fallback, 5 of 4096 and 17 of 16384 on the H100, none with the
+// fifth; 4096 x 4096 ragged 94.2 -> 67.2 us).
 // Returns the largest counted value with at least k of the 32 P values >= it
 // (0 when none qualifies): at least k distinct columns score >= it, so it is
 // a valid bound, at most one 16-bit step below the exact k-th for P = 2 and
 // lower at times for P = 4 and 8.
-template <typename C, int P>
+template <typename C, int P, bool Wide = false>
 __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, uint32_t* lv) {
   static_assert(P == 2 || P == 4 || P == 8, "two, four or eight values a lane");
   constexpr int NC = P == 2 ? 2 : 1;  // values counted a lane
@@ -733,7 +757,7 @@ __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, 
     const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
     cu[0] = max(lo_top, hi_bot);  // the second largest of the four
   } else {
-    cu[0] = fourth_of_eight(pm);
+    cu[0] = Wide ? fifth_of_eight(pm) : fourth_of_eight(pm);
   }
   const int lane = threadIdx.x & 31;
   uint32_t b2[P];
@@ -786,7 +810,7 @@ __device__ __forceinline__ void warp_append(const WarpRow<T>& row, int64_t ch, u
   } while (mask);
 }
 
-template <typename T, int P, class Ready>
+template <typename T, int P, bool Wide, class Ready>
 __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
@@ -857,7 +881,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, R
 #pragma unroll
         for (int q = 0; q < P; ++q) pm[q] = max(pm[q], cq[q]);
         if constexpr (P == 1) Tadm = max(Tadm, warp_kth16<KC>(pm[0], k, sm.hist));
-        else Tadm = max(Tadm, warp_kth16p<KC, P>(pm, k, sm.hist));
+        else Tadm = max(Tadm, warp_kth16p<KC, P, Wide>(pm, k, sm.hist));
         uint32_t mask = 0;
         if (Tadm > stk::kOrderedNegInf) {
           const float t = __uint_as_float(stk::unordered_u32(Tadm));
@@ -924,7 +948,7 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, R
       } else {
         // the 16-bit count (forced columns are +inf, which stays +inf)
         using KC = std::conditional_t<std::is_same_v<T, f16_tag>, f16_tag, bf16_tag>;
-        Tadm = max(Tadm, max(warp_kth16p<KC, P>(pm, k, sm.hist), 1u));
+        Tadm = max(Tadm, max(warp_kth16p<KC, P, Wide>(pm, k, sm.hist), 1u));
       }
       int mine = 0;
 #pragma unroll
@@ -955,10 +979,10 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, R
     S = warp_radix_fallback(row, k, p.tie, sm);
   else
     S = warp_filter(sm.cand, cnt, Tadm);
-  warp_finish<P>(sm.cand, S, k, p.order, p.tie, c, out);
+  warp_finish<P, Wide>(sm.cand, S, k, p.order, p.tie, c, out);
 }
 
-template <typename T, int P>
+template <typename T, int P, bool Wide = false>
 __global__ void __launch_bounds__(128, P == 1 ? 0 : (P == 8 ? 3 : 4)) topk_warp_kernel(TopkParams p) {
   pdl_warm(p);
   __shared__ WarpSmem<P> sm[kWarpMaxWpb];
@@ -969,7 +993,7 @@ __global__ void __launch_bounds__(128, P == 1 ? 0 : (P == 8 ? 3 : 4)) topk_warp_
   const bool early = param_geometry(p);
   if (!early || r >= p.rows) pdl_enter();
   if (r >= p.rows) return;  // whole warp leaves together
-  warp_topk_row<T, P>(p, r, sm[w], [&] {
+  warp_topk_row<T, P, Wide>(p, r, sm[w], [&] {
     if (early) pdl_enter();
   });
 }

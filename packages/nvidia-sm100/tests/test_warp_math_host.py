@@ -3,7 +3,7 @@ CPU, against brute force: `half_counts`, which recovers how many 16-bit halves
 passed a packed compare from the 32-bit sum of the compare's 0xffff / 0 masks
 (the count behind `warp_kth16`'s threshold), and `cut_threshold`, the key
 below which `warp_cut` drops survivors before the sort (it must keep the top
-k and at most 64 / 128 keys). Needs a host C++ compiler."""
+k and at most 64 / 128 / 256 keys). Needs a host C++ compiler."""
 
 import pathlib
 import shutil
@@ -68,10 +68,12 @@ int main() {
   std::mt19937 g(7);
   uint64_t bad = 0, n = 0, tie_steps = 0;
   for (int t = 0; t < 300000; ++t) {
-    const int keep = (t & 1) ? 128 : 64;
-    const int S = keep + 1 + int(g() % (256 - keep));
-    const int k = 1 + int(g() % keep);
-    uint32_t hw[256] = {}, lw[256] = {};
+    // k <= 64 cuts 65-256 keys to 64; k = 65-128 up to 512 to 128; k =
+    // 129-160 up to 512 to 256
+    const int keep = (t % 3 == 0) ? 64 : (t % 3 == 1 ? 128 : 256);
+    const int S = keep + 1 + int(g() % ((keep == 64 ? 256 : 512) - keep));
+    const int k = keep == 256 ? 129 + int(g() % 32) : 1 + int(g() % keep);
+    uint32_t hw[512] = {}, lw[512] = {};
     // scores: spread, a few tied values, one ulp apart, 16-bit (low half 0)
     const int kind = int(g() % 4);
     const uint32_t base = 1u + (g() >> 1);
@@ -87,7 +89,7 @@ int main() {
       hw[i] = h ? h : 1u;
       lw[i] = cols[i];  // distinct columns: distinct keys
     }
-    const uint64_t Lk = stk_nv::cut_threshold<256>(hw, lw, S, k, keep, [S](int i) { return i < S; }, One{});
+    const uint64_t Lk = stk_nv::cut_threshold<512>(hw, lw, S, k, keep, [S](int i) { return i < S; }, One{});
     std::vector<uint64_t> keys(S);
     int C = 0;
     for (int i = 0; i < S; ++i) {
@@ -124,7 +126,8 @@ def test_half_counts_recovers_both_halves(tmp_path):
 
 
 def test_cut_threshold_keeps_the_top_k(tmp_path):
-    # random survivor sets of 65-256 keys (k <= 64) and 129-256 (k <= 128):
+    # random survivor sets of 65-256 keys (k <= 64, keep 64), 129-512 (k <= 128,
+    # keep 128) and 257-512 (k = 129-160, keep 256):
     # spread scores, a few tied values (the tie-word step must run), scores one
     # unit apart, 16-bit scores; tie words of either tie rule
     r = _compile_and_run(tmp_path, CUT_SRC)

@@ -28,14 +28,15 @@ def test_small_k_takes_the_warp_path(monkeypatch):
     assert p["warp_wpb"] > 0 and p["warp_m"] == 1
     assert _plan(512, 1344, 17)["warp_m"] == 2 and _plan(512, 1344, 32)["warp_m"] == 2
     assert _plan(512, 1344, 33)["warp_m"] == 4 and _plan(512, 1344, 64)["warp_m"] == 4
-    assert _plan(512, 1344, 65)["warp_m"] == 8 and _plan(4096, 4096, 128)["warp_m"] == 8
-    assert _plan(512, 1344, 129)["warp_wpb"] == 0
+    assert _plan(512, 1344, 65)["warp_m"] == 8 and _plan(4096, 4096, 160)["warp_m"] == 8
+    assert _plan(512, 1344, 161)["warp_wpb"] == 0 and _plan(512, 2048, 161)["warp_wpb"] == 0
+    assert _plan(512, 1344, 129)["warp_wpb"] == 0 and _plan(512, 2048, 129)["warp_m"] == 8  # k > 128: 2048+ columns
     assert _plan(8, 1344, 16)["warp_wpb"] == 0  # few rows: one block per row
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
     assert _plan(512, 1344, 16)["warp_wpb"] == 0
 
 
-@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64, 65, 100, 128])
+@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64, 65, 100, 128, 129, 150, 160])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_lane_skew_forces_the_fallback(k, dtype):
     # fp32: lane L of a chunk reads columns 4L..4L+3 of every 128; put every
@@ -54,14 +55,14 @@ def test_lane_skew_forces_the_fallback(k, dtype):
             _check(x, k, order=order, tie_break=tie)
 
 
-@pytest.mark.parametrize("k", [1, 16, 32, 64, 65, 128])
+@pytest.mark.parametrize("k", [1, 16, 32, 64, 65, 128, 129, 160])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_ties_and_specials(k, dtype):
     # 16-bit rows take the packed chunk path (max.{b}f16x2 tree, set.ge mask)
     check_orders(special_rows(3000).to(dtype), k)
 
 
-@pytest.mark.parametrize("k", [1, 16, 32, 48, 64, 96, 128])
+@pytest.mark.parametrize("k", [1, 16, 32, 48, 64, 96, 128, 144, 160])
 def test_threshold_rounds_down(k):
     # fp32 lane values are rounded to bf16 to count the threshold (warp_kth16):
     # the rounding must go down. Every score here sits a few fp32 ulps below
@@ -79,7 +80,7 @@ def test_threshold_rounds_down(k):
 
 
 @pytest.mark.parametrize("width", [2100, 8192, 9233, 40000])
-@pytest.mark.parametrize("k", [1, 8, 16, 17, 32, 33, 64, 65, 128])
+@pytest.mark.parametrize("k", [1, 8, 16, 17, 32, 33, 64, 65, 128, 129, 160])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_rows_that_move_the_threshold(k, width, dtype):
     # rows of many chunks that move the chunk threshold in different ways:
@@ -102,7 +103,7 @@ def test_rows_that_move_the_threshold(k, width, dtype):
     check_orders(x.to(dtype).cuda(), k)
 
 
-@pytest.mark.parametrize("k", [17, 32, 33, 48, 64, 65, 96, 128])
+@pytest.mark.parametrize("k", [17, 32, 33, 48, 64, 65, 96, 128, 129, 144, 160])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_share_skew(k, dtype):
     # k > 16 keeps 2, 4 or 8 running maxima a lane, each over its own share of
@@ -138,18 +139,20 @@ def _ulp_run(n, dtype, g):
 
 
 @pytest.mark.parametrize("width", [300, 4096])
-@pytest.mark.parametrize("k", [33, 48, 64, 65, 96, 118, 127, 128])
+@pytest.mark.parametrize("k", [33, 48, 64, 65, 96, 118, 127, 128, 129, 144, 150, 160])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_survivor_cut(k, width, dtype):
-    # k = 65-128 cuts 129-256 survivors to at most 128 keys before the sort,
-    # k = 33-64 65-256 survivors to at most 64 before the counting rank
-    # (warp_cut: a threshold key built bit by bit on the score word, then on
-    # the tie word of the keys tied at the k-th score). Rows whose top scores
-    # are one ulp apart (the cut must resolve the lowest bit), whose k-th
-    # score is tied across more keys than 128 - k or 64 - k (the tie words
+    # Before the rank the survivors are cut (warp_cut: a threshold key built
+    # bit by bit on the score word, then on the tie word of the keys tied at
+    # the k-th score): k = 33-64 cuts 65-256 to at most 64 keys, k = 65-128
+    # cuts 129-512 to at most 128, k = 129-160 cuts 257-512 to at most 256
+    # (above 256 survivors the cut holds sixteen keys a lane). Rows whose top
+    # scores are one ulp apart (the cut must resolve the lowest bit), whose
+    # k-th score is tied across more keys than keep - k (the tie words
     # decide), ties that straddle the k-th inside the cut, more than 256
-    # survivors (no cut at k > 64, the exact fallback at k <= 64), scores of
-    # both signs, +-0 and NaN among the survivors. Low filler elsewhere.
+    # survivors (the sixteen-key cut at k > 64, the exact fallback at k <=
+    # 64), scores of both signs, +-0 and NaN among the survivors. Low filler
+    # elsewhere.
     g = torch.Generator(device="cpu").manual_seed(k * 7919 + width)
     rows = []
 
@@ -162,7 +165,7 @@ def test_survivor_cut(k, width, dtype):
             at += v.numel()
         rows.append(r)
 
-    for n in (80, 129, 200, 250):
+    for n in (80, 129, 200, 250) + ((400,) if width > 400 else ()):
         row(_ulp_run(n, dtype, g))
     big = torch.randn(60, generator=g) + 8.0
     row(big, torch.ones(100))  # 160 score >= 1.0: no threshold keeps k to 128
@@ -187,7 +190,7 @@ def test_survivor_cut(k, width, dtype):
             _check(dirty.cuda(), k, order=order, tie_break=tie, lengths=lengths.cuda())
 
 
-@pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128])
+@pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128, 129, 160])
 def test_geometry_at_chunk_edges(k):
     g = torch.Generator(device="cpu").manual_seed(7)
     buf = torch.randn(12, 5000, generator=g).cuda()
