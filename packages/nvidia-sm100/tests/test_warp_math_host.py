@@ -68,8 +68,8 @@ int main() {
   std::mt19937 g(7);
   uint64_t bad = 0, n = 0, tie_steps = 0;
   for (int t = 0; t < 300000; ++t) {
-    // k <= 64 cuts 65-256 keys to 64; k = 65-128 up to 512 to 128; k =
-    // 129-160 up to 512 to 256
+    // k <= 64 cuts 65-256 keys to 64; k = 65-128 129-256 to 128 (held here
+    // up to 512); k = 129-160 257-512 to 256
     const int keep = (t % 3 == 0) ? 64 : (t % 3 == 1 ? 128 : 256);
     const int S = keep + 1 + int(g() % ((keep == 64 ? 256 : 512) - keep));
     const int k = keep == 256 ? 129 + int(g() % 32) : 1 + int(g() % keep);

@@ -145,14 +145,14 @@ def test_survivor_cut(k, width, dtype):
     # Before the rank the survivors are cut (warp_cut: a threshold key built
     # bit by bit on the score word, then on the tie word of the keys tied at
     # the k-th score): k = 33-64 cuts 65-256 to at most 64 keys, k = 65-128
-    # cuts 129-512 to at most 128, k = 129-160 cuts 257-512 to at most 256
-    # (above 256 survivors the cut holds sixteen keys a lane). Rows whose top
+    # cuts 129-256 to at most 128 (more than 256 are sorted as 512), k =
+    # 129-160 cuts 257-512 to at most 256 (sixteen keys a lane). Rows whose top
     # scores are one ulp apart (the cut must resolve the lowest bit), whose
     # k-th score is tied across more keys than keep - k (the tie words
     # decide), ties that straddle the k-th inside the cut, more than 256
-    # survivors (the sixteen-key cut at k > 64, the exact fallback at k <=
-    # 64), scores of both signs, +-0 and NaN among the survivors. Low filler
-    # elsewhere.
+    # survivors (the 512-key sort at k = 65-128, the sixteen-key cut at k >
+    # 128, the exact fallback at k <= 64), scores of both signs, +-0 and NaN
+    # among the survivors. Low filler elsewhere.
     g = torch.Generator(device="cpu").manual_seed(k * 7919 + width)
     rows = []
 
