@@ -2,7 +2,8 @@
 cliffs between the k values the bench grid holds (16, 32, 64, 2048). Same timer as
 `sparsetopk bench` (CUDA-graph replay over rotating buffers past L2, median per call);
 full rows, fp32 N(0, 1) (SWEEP_DTYPE); SWEEP_RAGGED=1: per-row lengths uniform in
-[n/2, n] as in the bench's decode cells (torch.topk still reads full rows). Each
+[n/2, n] as in the bench's decode cells, SWEEP_RAGGED=causal: in [1, n] as in a
+causal prefill (torch.topk still reads full rows). Each
 cell: us and the plan (kernel, and threads a block where the rows kernel runs).
 
     python ci/gpu/k_sweep.py
@@ -29,7 +30,10 @@ dcode = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]
 orders = env("SWEEP_ORDERS", "rank").split(",")
 paths = env("SWEEP_PATHS", "auto").split(";")
 with_torch = env("SWEEP_TORCH", "1") == "1"
-ragged = env("SWEEP_RAGGED", "0") == "1"
+ragged = env("SWEEP_RAGGED", "0")
+if ragged not in ("0", "1", "causal"):
+    raise SystemExit(f"SWEEP_RAGGED={ragged!r}: 0, 1 or causal")
+ragged = None if ragged == "0" else ragged
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 g = torch.Generator(device="cuda").manual_seed(0)
 
@@ -44,12 +48,13 @@ def label(pl):
             else "tile" if pl.get("tile") else f"rows{pl['block']}")
 
 
-print(f"| shape ({str(dtype)[6:]}{', ragged' if ragged else ''}) | order | path | " + " | ".join(f"k={k}" for k in ks) + " |")
+print(f"| shape ({str(dtype)[6:]}{f', ragged {ragged}' if ragged else ''}) | order | path | " + " | ".join(f"k={k}" for k in ks) + " |")
 print("|---|---|---|" + "---|" * len(ks))
 for rows, n in shapes:
     views = max(2, min(64, -(-int(2.5 * L2) // (rows * n * dtype.itemsize))))
     x = torch.randn(views * rows, n, generator=g, device="cuda").to(dtype)
-    lens = torch.randint(n // 2, n + 1, (views, rows), generator=g, device="cuda") if ragged else None
+    lo = 1 if ragged == "causal" else n // 2
+    lens = torch.randint(lo, n + 1, (views, rows), generator=g, device="cuda") if ragged else None
     for order in orders:
         for path in paths:
             os.environ["SPARSETOPK_NV_PATH"] = path

@@ -256,21 +256,29 @@ __device__ __forceinline__ void tree_fmax_p(const float (&x)[kWarpElems], float 
   for (int q = 0; q < P; ++q) pmx[q] = P == 4 ? a[q] : fmaxf(a[q], a[q + 2]);
 }
 
-// The same for 32 packed 16-bit scores: P float32 bits. Share q of P = 2:
-// the even / odd columns (the halves); of P = 4: vectors 0-1 / 2-3, halves;
-// of P = 8: each vector's halves.
+// The same for 32 packed 16-bit scores: P float32 bits. The tree first takes
+// each 32-bit component (two element positions) over the lane's 4 vectors, so
+// every share holds columns of vector 0 and a short row (a lane's later
+// vectors past its end) still offers P maxima a lane: share q of P = 8: one
+// element position; of P = 4: components 0-1 / 2-3, halves; of P = 2: the
+// even / odd columns (the halves). (Shares of whole vectors left rows under
+// ~3/4 of a chunk with too few lane values for k > 64, and the fallback ran.)
 template <typename T, int P>
 __device__ __forceinline__ void tree_max16_p(const uint4 (&r)[4], uint32_t (&pmx)[P]) {
   static_assert(P == 2 || P == 4 || P == 8, "two, four or eight shares");
-  uint32_t w[4];
-#pragma unroll
-  for (int v = 0; v < 4; ++v) w[v] = max16x2<T>(max16x2<T>(r[v].x, r[v].y), max16x2<T>(r[v].z, r[v].w));
+  const auto over_vectors = [&](auto get) {
+    return max16x2<T>(max16x2<T>(get(r[0]), get(r[1])), max16x2<T>(get(r[2]), get(r[3])));
+  };
+  const uint32_t w[4] = {over_vectors([](const uint4& u) { return u.x; }),
+                         over_vectors([](const uint4& u) { return u.y; }),
+                         over_vectors([](const uint4& u) { return u.z; }),
+                         over_vectors([](const uint4& u) { return u.w; })};
   using raw = typename Scalar<T>::raw;
   if constexpr (P == 8) {
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      pmx[2 * v] = Scalar<T>::f32(raw(w[v] & 0xffffu));
-      pmx[2 * v + 1] = Scalar<T>::f32(raw(w[v] >> 16));
+    for (int i = 0; i < 4; ++i) {
+      pmx[2 * i] = Scalar<T>::f32(raw(w[i] & 0xffffu));
+      pmx[2 * i + 1] = Scalar<T>::f32(raw(w[i] >> 16));
     }
     return;
   }

@@ -108,22 +108,24 @@ def test_rows_that_move_the_threshold(k, width, dtype):
 def test_share_skew(k, dtype):
     # k > 16 keeps 2, 4 or 8 running maxima a lane, each over its own share of
     # the lane's columns (fp32: column mod 2 or mod 4 of its vector, for 8 the
-    # vector's parity too; 16-bit: even / odd columns, and for 4 the vector
-    # pair, for 8 the vector too). Large scores in one share only: the other
+    # vector's parity too; 16-bit, over all 4 of a lane's vectors: even / odd
+    # element positions, for 4 positions {0, 2} {1, 3} {4, 6} {5, 7}, for 8
+    # one position). Large scores in one share only: the other
     # shares' maxima stay low, so T is low and many columns survive (the
     # buffer's compaction, or the exact fallback, runs); large scores in
     # every share but one lane: T from few lanes.
     g = torch.Generator(device="cpu").manual_seed(k)
-    rows, width = 6, 9000
+    rows, width = 7, 9000
     x = torch.randn(rows, width, generator=g)
     cols = torch.arange(width)
     x[0, cols % 4 == 0] += 20.0  # fp32 share 0 of 4 (and of 2); 16-bit even columns
     x[1, cols % 2 == 1] += 20.0  # fp32 share 1 of 2; 16-bit odd columns
-    x[2, (cols % 1024) < 512] += 20.0  # 16-bit shares 0-1 of 4 (a lane's vectors 0-1 of a chunk)
+    x[2, (cols % 1024) < 512] += 20.0  # 16-bit: a lane's vectors 0-1 of a chunk (every share)
     x[3, (cols % 256) < 8] += 20.0  # one lane's columns (16-bit), two lanes' in every other vector (fp32)
-    x[3, (cols % 1024) < 256] += 5.0  # 16-bit: vector 0, shares 0-1 of 8; fp32: vectors 0-1 of each chunk
+    x[3, (cols % 1024) < 256] += 5.0  # 16-bit: vector 0 of each chunk; fp32: vectors 0-1
     x[4] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
     x[5, :] = torch.linspace(-1.0, 1.0, width)  # rising: every chunk raises T
+    x[6, cols % 8 == 3] += 20.0  # 16-bit position 3: share 3 of 8, {1, 3} of 4, odd of 2
     check_orders(x.to(dtype).cuda(), k)
 
 
