@@ -704,11 +704,12 @@ __device__ __forceinline__ uint32_t round16x2(uint32_t u) {
   return uint32_t(b) * 0x10001u;
 }
 
-// The fourth (Fifth: fifth) largest of eight values: the two halves sorted
-// (five compare-exchanges each), then max over i + j = 4 (5) of min(a_i,
-// b_j), the i-th and j-th largest of the halves (a_0 = b_0 = +inf; i, j <= 4).
-template <bool Fifth = false>
-__device__ __forceinline__ uint32_t fourth_of_eight(const uint32_t (&v)[8]) {
+// The R-th largest of eight values (R = 4 or 5): the two halves sorted (five
+// compare-exchanges each), then max over i + j = R of min(a_i, b_j), the i-th
+// and j-th largest of the halves (a_0 = b_0 = +inf; i, j <= 4).
+template <int R>
+__device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8]) {
+  static_assert(R == 4 || R == 5, "the fourth or the fifth");
   uint32_t a[4] = {v[0], v[1], v[2], v[3]}, b[4] = {v[4], v[5], v[6], v[7]};
   auto cx = [](uint32_t& x, uint32_t& y) {  // x >= y after
     const uint32_t h = max(x, y);
@@ -717,7 +718,7 @@ __device__ __forceinline__ uint32_t fourth_of_eight(const uint32_t (&v)[8]) {
   };
   cx(a[0], a[1]), cx(a[2], a[3]), cx(a[0], a[2]), cx(a[1], a[3]), cx(a[1], a[2]);
   cx(b[0], b[1]), cx(b[2], b[3]), cx(b[0], b[2]), cx(b[1], b[3]), cx(b[1], b[2]);
-  if constexpr (Fifth) return max(max(min(a[0], b[3]), min(a[1], b[2])), max(min(a[2], b[1]), min(a[3], b[0])));
+  if constexpr (R == 5) return max(max(min(a[0], b[3]), min(a[1], b[2])), max(min(a[2], b[1]), min(a[3], b[0])));
   return max(max(max(a[3], b[3]), min(a[0], b[2])), max(min(a[1], b[1]), min(a[2], b[0])));
 }
 
@@ -732,7 +733,7 @@ __device__ __forceinline__ uint32_t fourth_of_eight(const uint32_t (&v)[8]) {
 // H200, and counting all four 23-30% slower), the fourth largest (P = 8, k
 // = 65-128: in a model of N(0, 1) rows as good as the exact k-th of the 256
 // for every k there, where the second largest leaves k = 128 with no bound),
-// the fifth largest (Wide, k = 129-160, fourth_of_eight<true>: with the
+// the fifth largest (Wide, k = 129-160, rth_of_eight<5>: with the
 // fourth, some rows at k = 160 found no bound until late, overflowed the
 // 512-key buffer and took the radix fallback, 5 of 4096 and 17 of 16384 on
 // the H100, none with the fifth; 4096 x 4096 ragged 94.2 -> 67.2 us).
@@ -754,7 +755,7 @@ __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, 
     const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
     cu[0] = max(lo_top, hi_bot);  // the second largest of the four
   } else {
-    cu[0] = fourth_of_eight<Wide>(pm);  // Wide: the fifth
+    cu[0] = rth_of_eight<Wide ? 5 : 4>(pm);
   }
   const int lane = threadIdx.x & 31;
   uint32_t b2[P];
