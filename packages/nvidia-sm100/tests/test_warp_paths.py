@@ -129,6 +129,29 @@ def test_share_skew(k, dtype):
     check_orders(x.to(dtype).cuda(), k)
 
 
+@pytest.mark.parametrize("k", [33, 64, 65, 96, 128, 129, 160])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_short_rows_in_a_wide_buffer(k, dtype):
+    # A causal prefill's short rows: lengths that end inside a chunk's first
+    # vectors (16-bit: 256 columns a vector, fp32: 128), so a lane's later
+    # vectors are past the end. Every share must still take columns of the
+    # row, and the dirty columns past each length (30, +inf, NaN) must stay
+    # out of the share maxima and of the answer. The second copy puts large
+    # scores at one element position (one 16-bit share).
+    g = torch.Generator(device="cpu").manual_seed(k + 17)
+    width = 4096
+    cuts = [k - 1, k + 1, 127, 129, 255, 256, 257, 300, 511, 513, 700, 767, 769, 1000]
+    x = torch.randn(2 * len(cuts), width, generator=g)
+    x[len(cuts) :, torch.arange(width) % 8 == 3] += 20.0
+    lengths = torch.tensor(cuts * 2)
+    for i, ln in enumerate(lengths.tolist()):
+        x[i, ln:] = (30.0, float("inf"), float("nan"))[i % 3]
+    x = x.to(dtype).cuda()
+    for order in ("rank", "index", "any"):
+        for tie in ("low", "high"):
+            _check(x, k, order=order, tie_break=tie, lengths=lengths.cuda())
+
+
 def _ulp_run(n, dtype, g):
     """n consecutive representable values from 1.0 up (each one ulp above the
     last), shuffled: distinct scores that differ in their lowest bit."""
