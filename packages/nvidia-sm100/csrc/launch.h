@@ -63,6 +63,7 @@ struct SplitWs {
   bool early;  // row tables before the launch wait (split_items_kernel)
   int wchunks;  // balanced gather: chunks a warp, the chunk size's target (SPARSETOPK_NV_PATH=wchunks=N; default 1)
   bool chist;  // sampled split: the final kernel bins its candidates (SplitRowState::hsh)
+  int l2pf;  // balanced gather: KB of its first chunk a warp prefetches into L2 before the launch wait (early only; SPARSETOPK_NV_PATH=l2pf=N, default 4)
 };
 
 struct Plan {

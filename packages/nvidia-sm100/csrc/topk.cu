@@ -348,6 +348,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
 //                 wait (default: before it, beside the sample kernel)
 //   wchunks=N     the balanced gather cuts the call into about N chunks a
 //                 warp (1..8, default 1)
+//   l2pf=N        the balanced gather's warps prefetch the first N KB of
+//                 their first chunk into L2 before the launch wait, while the
+//                 sample kernel runs (0..256, default 4; 0: none)
 //   no-chist      the sampled split's final kernel finds the k-th candidate
 //                 by radix passes over the candidates (default: from counts
 //                 of their bins taken while it copies them, cand_kth_binned)
@@ -391,6 +394,7 @@ struct PathOpts {
   int balanced = -1;  // -1 auto, 0 never (chunked gather), 1 always (sampled split only)
   bool items_early = true;  // balanced gather: row tables before the launch wait
   int wchunks = 1;  // balanced gather: chunks a warp (the chunk size's target)
+  int l2pf = 4;  // balanced gather: KB of a warp's first chunk prefetched into L2 before the launch wait
   bool chist = true;  // sampled split: the final kernel's k-th key from candidate bins
   bool sample_bins = true;  // sampled split / sampled rows: the sample's est by one binned pass first
   bool rows_bin = true;  // sampled rows: the k-th candidate from candidate bins, finish_cand
@@ -455,6 +459,7 @@ static PathOpts path_opts() {
     else if (t == "no-estk") o.est_kernel = 0;
     else if (const int n = int_token(t, "stampblock", 1 << 30); n >= 0) o.stamp_block = n;
     else if (const int n = int_token(t, "wchunks", 8); n > 0) o.wchunks = n;
+    else if (const int n = int_token(t, "l2pf", 256); n >= 0) o.l2pf = n;
     else if (const int n = int_token(t, "rblock", 1024); n >= 32 && n % 32 == 0) o.rows_block = n;
     else if (const int n = int_token(t, "cluster", 16); n > 0) {
       o.cluster = 1;
@@ -462,7 +467,7 @@ static PathOpts path_opts() {
     }
     else if (!t.empty() && t != "auto")
       throw std::invalid_argument("SPARSETOPK_NV_PATH: unknown token '" + t +
-                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, rblock=N, no-chist, sample22, no-rbin, no-wreg, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
+                                  "' (accepted: auto, rows, split, legacy-split, stream, online, no-online, warp, block, legacy-merge, legacy-gather, block-gather, no-finish, find-barrier, rank-block0, cluster, cluster=N, sampled-rows, sruns=N, sruns-fixed, no-cspan, stampblock=N, no-pdl, no-tile, balanced, no-balanced, no-iearly, wchunks=N, l2pf=N, rblock=N, no-chist, sample22, no-rbin, no-wreg, estk, no-estk, no-sampled-rows, no-cluster, stamps, bulk)");
     i = j + 1;
   }
   return o;
@@ -604,6 +609,7 @@ Plan plan_topk(TopkParams& p, int dev) {
       plan.ws.blocks = int(std::min<int64_t>(int64_t(d.items_bps) * d.sms, p.rows * int64_t(plan.ws.items)));
       plan.ws.early = opt.items_early;
       plan.ws.wchunks = opt.wchunks;
+      plan.ws.l2pf = opt.l2pf;
     }
     plan.smem = int(fixed_smem(p));
     plan.block = 1024;

@@ -103,6 +103,36 @@ __global__ void __launch_bounds__(kSplitWarps * 32, 3) split_items_kernel(TopkPa
   constexpr int V = 2;
   constexpr int NV = GlobalSrc<T>::kVec;
   const int w = int(threadIdx.x) >> 5, B = int(gridDim.x);
+  // ws.l2pf: while the sample kernel (one block a row, latency-bound) runs,
+  // DRAM is idle; the warp asks L2 for the first l2pf KB of its first chunk
+  // (lines of the row's valid columns only: the scores and the row tables
+  // are the call's inputs, final here, see ws.early). A prefetch moves no
+  // data into registers, so the result cannot depend on it. (H100, same
+  // call, fp32, l2pf = 0 / 4 / 8 / 16 / 32 KB: 16 x 1M 47.9 / 46.9 / 46.5 /
+  // 47.3 / 48.5 us, 64 x 1M 121.5 / 120.3 / 120.7 / 123.8 / 130.8, DSA
+  // decode 32 requests 51.2 / 50.1 / 50.5 / 52.4 / 54.6: more than L2 keeps
+  // until the gather reaches it, or than DRAM loads while the sample runs,
+  // only queues. Letting the gather launch after the sample's own loads
+  // were back measured no better.)
+  if (ws.early && ws.l2pf > 0) {
+    const int q = int(blockIdx.x) + B * w;
+    if (q < carry) {
+      int lo = 0, hi = rows - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (pre[mid] <= q) lo = mid;
+        else hi = mid - 1;
+      }
+      int64_t jlo, jhi;
+      chunk_range(rn[lo], pre[lo + 1] - pre[lo], q - pre[lo], &jlo, &jhi);
+      using raw = typename Scalar<T>::raw;
+      const raw* base = static_cast<const raw*>(p.scores) + int64_t(lo) * p.row_stride + rstart[lo];
+      const uintptr_t a0 = reinterpret_cast<uintptr_t>(base + jlo) & ~uintptr_t(127);
+      const uintptr_t a1 = reinterpret_cast<uintptr_t>(base + min(jhi, jlo + int64_t(ws.l2pf) * 1024 / int64_t(sizeof(raw))));
+      for (uintptr_t a = a0 + uintptr_t(threadIdx.x & 31) * 128; a < a1; a += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  }
   if (ws.early) pdl_wait();
   pdl_trigger();
   if (blockIdx.x == 0 && threadIdx.x == 0) *ws.grain_out = grain;  // for the final kernel
