@@ -59,8 +59,8 @@ def one_batch(backend: str, dtype, g, dev, rng: np.random.Generator, max_rows: i
     if dev.type == "cpu":
         rows = max(1, rows // 256)
     pad = int(rng.choice([0, 0, 7, 64]))
-    # 24 / 33 / 65-160: the warp kernel's 2 / 4 / 8 shares
-    k = int(rng.choice([1, 5, 16, 24, 33, 64, 65, 100, 128, 144, 160, 300, 2048, 4096]))
+    # 24 / 33 / 65-224: the warp kernel's 2 / 4 / 8 shares
+    k = int(rng.choice([1, 5, 16, 24, 33, 64, 65, 100, 128, 144, 160, 176, 192, 224, 300, 2048, 4096]))
     k = min(k, 4096)
     dist = str(rng.choice(["normal", "band", "plateau", "maxpool"]))
     buf = draw_scores(g, rows, width + pad, dtype, dist, dev)

@@ -118,6 +118,15 @@ tied[:, :20] += 30.0
 tied[:, 100:400] = 1.0  # 300 survivors tied at the 150th score: the tie words decide the cut
 chk(tied.to(dev), 150, order="rank")
 chk(skew.to(dev), 160, order="any")
+# k = 161-224: 1024-key buffer, 3 warps a block, cuts of up to 1024 survivors
+chk(dec, 192)
+chk(dec, 176, order="index", tie_break="high")
+tied2 = torch.randn(8, 4000, generator=g) - 20.0
+tied2[:, :100] += 30.0
+tied2[:, 200:900] = 1.0  # 800 survivors tied at the 180th score: the thirty-two-key cut, tie words
+chk(tied2.to(dev), 180, order="rank")
+chk(skew.to(dev), 192, order="any")
+chk(dec, 224, order="index")
 path()
 ii = torch.stack([sparsetopk.topk(long[:, s::2].contiguous(), 64, index_scale=2, index_offset=s, return_values=True,
                                   backend="reference").indices for s in range(2)], 1)

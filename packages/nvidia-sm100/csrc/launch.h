@@ -68,7 +68,7 @@ struct SplitWs {
 
 struct Plan {
   bool split = false;
-  int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 160), this many warps per block
+  int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 224), this many warps per block
   int warp_m = 1;    // running maxima per lane, over disjoint column shares (1: k <= 16, 2: k <= 32, 4: k <= 64, 8: k <= 160)
   bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
   bool sampled_rows = false;  // topk_sampled_rows_kernel (one 256-thread block per row)

@@ -264,8 +264,10 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
       go(topk_warp_kernel<T, 4>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else if (p.k <= 128)
       go(topk_warp_kernel<T, 8>, blocks, 32 * plan.warp_wpb, 0, 0, p);
+    else if (p.k <= 160)
+      go(topk_warp_kernel<T, 8, 1>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else
-      go(topk_warp_kernel<T, 8, true>, blocks, 32 * plan.warp_wpb, 0, 0, p);
+      go(topk_warp_kernel<T, 8, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
   } else if (plan.sampled_rows) {
     if (plan.est_kernel)
       go(sampled_est_kernel<T>, dim3(unsigned((p.rows + kEstWarps - 1) / kEstWarps)), kEstBlock,
@@ -500,24 +502,30 @@ Plan plan_topk(TopkParams& p, int dev) {
   p.cluster_mbar = opt.cluster_mbar ? 1 : 0;
   p.rank_spread = opt.rank_spread ? 1 : 0;
   const int64_t budget = d.smem_optin - 4096;  // minus static shared memory
-  // k <= 160: one warp per row (one read, no block syncs) unless a few very
+  // k <= 224: one warp per row (one read, no block syncs) unless a few very
   // long rows need more than one warp's bandwidth each
   // (measured on the H200: below ~SMs rows the one-block kernel is faster,
   // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins).
-  // k = 129-160 only from 2048 columns: at 512 x 1344 the rows kernel is
+  // k = 129-224 only from 2048 columns: at 512 x 1344 the rows kernel is
   // faster (H100, ragged, k = 129-160: fp32 12.5-13.2 vs 13.0-14.6 us, bf16
   // 12.5-13.1 vs 13.0-31.6, where short 16-bit rows leave fewer than k lane
   // values with a column and fall back), at 512 x 2048 they tie, above that
-  // the warp kernel wins (4096 x 4096 1.6x, 16384 x 8192 2.2x)
+  // the warp kernel wins (4096 x 4096 1.6x, 16384 x 8192 2.2x). k = 161-224
+  // alike (H100, ragged, warp vs rows kernel: 512 x 1344 fp32 k = 192 15.6
+  // vs 13.9 us, 512 x 2048 16.1 vs 17.8, 4096 x 4096 76.1 vs 121.0; at 512 x
+  // 1344, k = 224, the warp kernel won, 16.8 vs 17.5, bf16 16.7 vs 23.4)
   const bool warp = k <= kWarpMaxK && opt.warp != 0 &&
                     (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (k <= 128 || W >= 2048) &&
                                        (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
     p.res_cap = 0;
-    // k at most half of the 32 warp_m lane maxima (5/8 at k = 129-160)
+    // k at most half of the 32 warp_m lane maxima (5/8 at k = 129-160, 3/4
+    // at k = 161-192, 7/8 at k = 193-224)
     plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : (k <= 64 ? 4 : 8));
-    p.cand_cap = warp_cap(plan.warp_m);
+    const int wide = k <= 128 ? 0 : (k <= 160 ? 1 : 2);
+    p.cand_cap = warp_cap(plan.warp_m, wide);
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
+    plan.warp_wpb = std::min(plan.warp_wpb, warp_max_wpb(plan.warp_m, wide));
     plan.block = 32 * plan.warp_wpb;
     return plan;
   }

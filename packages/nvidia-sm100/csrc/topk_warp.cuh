@@ -1,10 +1,11 @@
 // Warp-per-row kernels for small k (decode rows) and small merges.
 //
-// topk_warp_kernel (k <= 160): one warp ranks one row in one read.
+// topk_warp_kernel (k <= 224): one warp ranks one row in one read.
 //   Each lane keeps P running maxima, each over its own share of the lane's
 //   columns (P = 1 for k <= 16, 2 for k <= 32, 4 for k <= 64, 8 for k <=
-//   160: so that k is at most half of the 32 P values, or 5/8 of them at k
-//   = 129-160, the Wide kernel). The k-th largest of the 32 P values, T,
+//   224: so that k is at most half of the 32 P values, or 5/8 of them at k
+//   = 129-160, 3/4 at k = 161-192 and 7/8 at k = 193-224, the Wide
+//   kernels). The k-th largest of the 32 P values, T,
 //   is a lower bound of the row's k-th score (at least k distinct columns
 //   are >= T), so columns below T can never be selected. (With one maximum a
 //   lane, T at k = 32 was the least of the 32 and let ~3% of a row through:
@@ -50,7 +51,8 @@ namespace stk_nv {
 
 constexpr int kWarpCap = 256;    // survivor buffer per warp (64-bit keys), k <= 64
 constexpr int kWarpCap8 = 512;   // ... and for k = 65-160 (8 maxima a lane)
-constexpr int kWarpMaxK = 160;   // the largest k the warp kernel takes
+constexpr int kWarpCap8w = 1024; // ... and for k = 161-224
+constexpr int kWarpMaxK = 224;   // the largest k the warp kernel takes
 constexpr int kWarpChunk = 1024; // columns per chunk per warp
 constexpr int kWarpElems = 32;   // elements per lane per chunk
 constexpr int kWarpMaxWpb = 4;   // warps per block, at most
@@ -310,10 +312,19 @@ struct __align__(16) WarpSmemT {
 // k <= 64 keep 256 survivors; 8 maxima a lane (k = 65-160) admit about twice
 // as many before the final filter (a model of N(0, 1) rows: ~580 appended at
 // 16384 columns, k = 128, ~180 left; k = 160 ~490-670 appended at 4096-8192
-// columns, ~250 left, ci/warp_bound_model.py), so 512.
-__host__ __device__ constexpr int warp_cap(int P) { return P == 8 ? kWarpCap8 : kWarpCap; }
-template <int P>
-using WarpSmem = WarpSmemT<warp_cap(P)>;
+// columns, ~250 left, ci/warp_bound_model.py), so 512; k = 161-224 (Wide =
+// 2) ~470-1130 appended at 2048-16384 columns at k = 192, ~350 left (at most
+// ~450 in 30 rows a width), ~660-1610 and ~520 (at most ~680) at k = 224, so
+// 1024. Its 13 KB a warp allow 3 warps a block under the 48 KB of static
+// shared memory.
+__host__ __device__ constexpr int warp_cap(int P, int Wide = 0) {
+  return P == 8 ? (Wide == 2 ? kWarpCap8w : kWarpCap8) : kWarpCap;
+}
+template <int P, int Wide = 0>
+using WarpSmem = WarpSmemT<warp_cap(P, Wide)>;
+__host__ __device__ constexpr int warp_max_wpb(int P, int Wide = 0) {
+  return warp_cap(P, Wide) > 512 ? 3 : kWarpMaxWpb;
+}
 
 // warp_bitonic with its stage loops rolled, the in-register steps (d < P)
 // still unrolled: the same steps in a fraction of the code. For the sorts of
@@ -612,16 +623,17 @@ __device__ __forceinline__ void warp_count_emit(const uint64_t* buf, int S, int 
 // writes the output, every slot. At most 64 are ranked by counting. Above
 // that, k = 33-64 (P = 4) cuts them to at most 64 first (warp_cut), so that
 // kernel has no sort; k = 65-128 (P = 8) cuts 129-256 to at most 128 and
-// sorts 128 keys whatever S (512 for rare rows); k = 129-160 (P = 8, Wide)
-// cuts 257-512 to at most 256 (sixteen keys a lane) and sorts 256 keys
-// whatever S. Both sort with their stage loops
+// sorts 128 keys whatever S (512 for rare rows); k = 129-224 (P = 8, Wide)
+// cuts 257-512 to at most 256 (sixteen keys a lane; 513-1024, thirty-two a
+// lane, only at k = 161-224) and sorts 256 keys whatever S. Both sort with
+// their stage loops
 // rolled: rows alternating between sorts of different sizes, or unrolled
 // sort bodies, measured slower, most on ragged rows where the streaming and
 // the sorting of the warps of an SM interleave (H200, fp32, 16384 x 8192,
 // lengths in [4096, 8192], k = 96: 471 us with the unrolled 256-key sort,
 // 276 rolled, 220 cut to 128 and rolled; likely instruction-cache misses);
 // k <= 32 sorts 128 or 256 keys, unrolled.
-template <int P, bool Wide>
+template <int P, int Wide>
 __device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int order, int tie, const RowCtx& c,
                                             const OutRow& out) {
   if constexpr (P == 4) {
@@ -630,7 +642,11 @@ __device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int ord
   if (P == 4 || S <= 64) {
     warp_count_emit(buf, S, k, order, tie, c, out);
   } else if constexpr (P == 8) {
-    if constexpr (Wide) {
+    if constexpr (Wide == 2) {
+      if (S > 512) S = warp_cut<32>(buf, S, k, 256);
+      else if (S > 256) S = warp_cut<16>(buf, S, k, 256);
+      warp_sort_emit<8, true>(buf, S, k, order, tie, c, out);
+    } else if constexpr (Wide) {
       if (S > 256) S = warp_cut<16>(buf, S, k, 256);
       warp_sort_emit<8, true>(buf, S, k, order, tie, c, out);
     } else if (S > 256) {
@@ -704,12 +720,13 @@ __device__ __forceinline__ uint32_t round16x2(uint32_t u) {
   return uint32_t(b) * 0x10001u;
 }
 
-// The R-th largest of eight values (R = 4 or 5): the two halves sorted (five
-// compare-exchanges each), then max over i + j = R of min(a_i, b_j), the i-th
-// and j-th largest of the halves (a_0 = b_0 = +inf; i, j <= 4).
+// The R-th largest of eight values (R = 4 or 5; R = 0: the sixth, or the
+// seventh where seventh is set): the two halves sorted (five compare-exchanges
+// each), then max over i + j = R of min(a_i, b_j), the i-th and j-th largest
+// of the halves (a_0 = b_0 = +inf; i, j <= 4).
 template <int R>
-__device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8]) {
-  static_assert(R == 4 || R == 5, "the fourth or the fifth");
+__device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8], bool seventh = false) {
+  static_assert(R == 0 || R == 4 || R == 5, "the fourth, fifth, or sixth / seventh");
   uint32_t a[4] = {v[0], v[1], v[2], v[3]}, b[4] = {v[4], v[5], v[6], v[7]};
   auto cx = [](uint32_t& x, uint32_t& y) {  // x >= y after
     const uint32_t h = max(x, y);
@@ -718,6 +735,9 @@ __device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8]) {
   };
   cx(a[0], a[1]), cx(a[2], a[3]), cx(a[0], a[2]), cx(a[1], a[3]), cx(a[1], a[2]);
   cx(b[0], b[1]), cx(b[2], b[3]), cx(b[0], b[2]), cx(b[1], b[3]), cx(b[1], b[2]);
+  if constexpr (R == 0)
+    return seventh ? max(min(a[2], b[3]), min(a[3], b[2]))
+                   : max(max(min(a[1], b[3]), min(a[2], b[2])), min(a[3], b[1]));
   if constexpr (R == 5) return max(max(min(a[0], b[3]), min(a[1], b[2])), max(min(a[2], b[1]), min(a[3], b[0])));
   return max(max(max(a[3], b[3]), min(a[0], b[2])), max(min(a[1], b[1]), min(a[2], b[0])));
 }
@@ -736,12 +756,15 @@ __device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8]) {
 // the fifth largest (Wide, k = 129-160, rth_of_eight<5>: with the
 // fourth, some rows at k = 160 found no bound until late, overflowed the
 // 512-key buffer and took the radix fallback, 5 of 4096 and 17 of 16384 on
-// the H100, none with the fifth; 4096 x 4096 ragged 94.2 -> 67.2 us).
+// the H100, none with the fifth; 4096 x 4096 ragged 94.2 -> 67.2 us), the
+// sixth (Wide = 2, k = 161-192: in the model within ~2% of the exact k-th's
+// appends and survivors, where the fifth appends up to ~30% more) or the
+// seventh (k = 193-224: the sixth appends up to ~45% more at k = 224).
 // Returns the largest counted value with at least k of the 32 P values >= it
 // (0 when none qualifies): at least k distinct columns score >= it, so it is
 // a valid bound, at most one 16-bit step below the exact k-th for P = 2 and
 // lower at times for P = 4 and 8.
-template <typename C, int P, bool Wide = false>
+template <typename C, int P, int Wide = 0>
 __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, uint32_t* lv) {
   static_assert(P == 2 || P == 4 || P == 8, "two, four or eight values a lane");
   constexpr int NC = P == 2 ? 2 : 1;  // values counted a lane
@@ -755,7 +778,8 @@ __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, 
     const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
     cu[0] = max(lo_top, hi_bot);  // the second largest of the four
   } else {
-    cu[0] = rth_of_eight<Wide ? 5 : 4>(pm);
+    if constexpr (Wide == 2) cu[0] = rth_of_eight<0>(pm, k > 192);
+    else cu[0] = rth_of_eight<4 + Wide>(pm);
   }
   const int lane = threadIdx.x & 31;
   uint32_t b2[P];
@@ -808,8 +832,8 @@ __device__ __forceinline__ void warp_append(const WarpRow<T>& row, int64_t ch, u
   } while (mask);
 }
 
-template <typename T, int P, bool Wide, class Ready>
-__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, Ready ready) {
+template <typename T, int P, int Wide, class Ready>
+__device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P, Wide>& sm, Ready ready) {
   const stk::RowGeometry g = row_geom(p, r);
   const RowCtx c = make_ctx(p, g);
   const OutRow out = make_out(p, r);
@@ -980,10 +1004,10 @@ __device__ void warp_topk_row(const TopkParams& p, int64_t r, WarpSmem<P>& sm, R
   warp_finish<P, Wide>(sm.cand, S, k, p.order, p.tie, c, out);
 }
 
-template <typename T, int P, bool Wide = false>
+template <typename T, int P, int Wide = 0>
 __global__ void __launch_bounds__(128, P == 1 ? 0 : (P == 8 ? 3 : 4)) topk_warp_kernel(TopkParams p) {
   pdl_warm(p);
-  __shared__ WarpSmem<P> sm[kWarpMaxWpb];
+  __shared__ WarpSmem<P, Wide> sm[warp_max_wpb(P, Wide)];
   const int w = threadIdx.x >> 5;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + w;
   // geometry that needs no global read (no lengths tensor, no starts; its

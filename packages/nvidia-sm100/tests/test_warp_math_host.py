@@ -69,11 +69,12 @@ int main() {
   uint64_t bad = 0, n = 0, tie_steps = 0;
   for (int t = 0; t < 300000; ++t) {
     // k <= 64 cuts 65-256 keys to 64; k = 65-128 129-256 to 128 (held here
-    // up to 512); k = 129-160 257-512 to 256
-    const int keep = (t % 3 == 0) ? 64 : (t % 3 == 1 ? 128 : 256);
-    const int S = keep + 1 + int(g() % ((keep == 64 ? 256 : 512) - keep));
-    const int k = keep == 256 ? 129 + int(g() % 32) : 1 + int(g() % keep);
-    uint32_t hw[512] = {}, lw[512] = {};
+    // up to 512); k = 129-160 257-512 to 256; k = 161-224 257-1024 to 256
+    const int mode = t % 4;
+    const int keep = mode == 0 ? 64 : (mode == 1 ? 128 : 256);
+    const int S = keep + 1 + int(g() % ((mode == 0 ? 256 : (mode == 3 ? 1024 : 512)) - keep));
+    const int k = mode == 2 ? 129 + int(g() % 32) : (mode == 3 ? 161 + int(g() % 64) : 1 + int(g() % keep));
+    uint32_t hw[1024] = {}, lw[1024] = {};
     // scores: spread, a few tied values, one ulp apart, 16-bit (low half 0)
     const int kind = int(g() % 4);
     const uint32_t base = 1u + (g() >> 1);
@@ -89,7 +90,7 @@ int main() {
       hw[i] = h ? h : 1u;
       lw[i] = cols[i];  // distinct columns: distinct keys
     }
-    const uint64_t Lk = stk_nv::cut_threshold<512>(hw, lw, S, k, keep, [S](int i) { return i < S; }, One{});
+    const uint64_t Lk = stk_nv::cut_threshold<1024>(hw, lw, S, k, keep, [S](int i) { return i < S; }, One{});
     std::vector<uint64_t> keys(S);
     int C = 0;
     for (int i = 0; i < S; ++i) {
@@ -127,7 +128,7 @@ def test_half_counts_recovers_both_halves(tmp_path):
 
 def test_cut_threshold_keeps_the_top_k(tmp_path):
     # random survivor sets of 65-256 keys (k <= 64, keep 64), 129-512 (k <= 128,
-    # keep 128) and 257-512 (k = 129-160, keep 256):
+    # keep 128), 257-512 (k = 129-160, keep 256) and 257-1024 (k = 161-224, keep 256):
     # spread scores, a few tied values (the tie-word step must run), scores one
     # unit apart, 16-bit scores; tie words of either tie rule
     r = _compile_and_run(tmp_path, CUT_SRC)

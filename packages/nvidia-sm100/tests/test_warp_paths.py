@@ -29,14 +29,16 @@ def test_small_k_takes_the_warp_path(monkeypatch):
     assert _plan(512, 1344, 17)["warp_m"] == 2 and _plan(512, 1344, 32)["warp_m"] == 2
     assert _plan(512, 1344, 33)["warp_m"] == 4 and _plan(512, 1344, 64)["warp_m"] == 4
     assert _plan(512, 1344, 65)["warp_m"] == 8 and _plan(4096, 4096, 160)["warp_m"] == 8
-    assert _plan(512, 1344, 161)["warp_wpb"] == 0 and _plan(512, 2048, 161)["warp_wpb"] == 0
+    assert _plan(512, 1344, 161)["warp_wpb"] == 0 and _plan(512, 2048, 225)["warp_wpb"] == 0
+    assert _plan(512, 2048, 161)["warp_m"] == 8 and _plan(4096, 4096, 192)["warp_wpb"] == 3  # 13 KB a warp
+    assert _plan(4096, 4096, 160)["warp_wpb"] == 4
     assert _plan(512, 1344, 129)["warp_wpb"] == 0 and _plan(512, 2048, 129)["warp_m"] == 8  # k > 128: 2048+ columns
     assert _plan(8, 1344, 16)["warp_wpb"] == 0  # few rows: one block per row
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
     assert _plan(512, 1344, 16)["warp_wpb"] == 0
 
 
-@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64, 65, 100, 128, 129, 150, 160])
+@pytest.mark.parametrize("k", [1, 2, 16, 31, 32, 33, 63, 64, 65, 100, 128, 129, 150, 160, 161, 192, 193, 224])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_lane_skew_forces_the_fallback(k, dtype):
     # fp32: lane L of a chunk reads columns 4L..4L+3 of every 128; put every
@@ -55,14 +57,14 @@ def test_lane_skew_forces_the_fallback(k, dtype):
             _check(x, k, order=order, tie_break=tie)
 
 
-@pytest.mark.parametrize("k", [1, 16, 32, 64, 65, 128, 129, 160])
+@pytest.mark.parametrize("k", [1, 16, 32, 64, 65, 128, 129, 160, 161, 192, 193, 224])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_ties_and_specials(k, dtype):
     # 16-bit rows take the packed chunk path (max.{b}f16x2 tree, set.ge mask)
     check_orders(special_rows(3000).to(dtype), k)
 
 
-@pytest.mark.parametrize("k", [1, 16, 32, 48, 64, 96, 128, 144, 160])
+@pytest.mark.parametrize("k", [1, 16, 32, 48, 64, 96, 128, 144, 160, 176, 192, 208, 224])
 def test_threshold_rounds_down(k):
     # fp32 lane values are rounded to bf16 to count the threshold (warp_kth16):
     # the rounding must go down. Every score here sits a few fp32 ulps below
@@ -80,7 +82,7 @@ def test_threshold_rounds_down(k):
 
 
 @pytest.mark.parametrize("width", [2100, 8192, 9233, 40000])
-@pytest.mark.parametrize("k", [1, 8, 16, 17, 32, 33, 64, 65, 128, 129, 160])
+@pytest.mark.parametrize("k", [1, 8, 16, 17, 32, 33, 64, 65, 128, 129, 160, 161, 192, 193, 224])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_rows_that_move_the_threshold(k, width, dtype):
     # rows of many chunks that move the chunk threshold in different ways:
@@ -103,7 +105,7 @@ def test_rows_that_move_the_threshold(k, width, dtype):
     check_orders(x.to(dtype).cuda(), k)
 
 
-@pytest.mark.parametrize("k", [17, 32, 33, 48, 64, 65, 96, 128, 129, 144, 160])
+@pytest.mark.parametrize("k", [17, 32, 33, 48, 64, 65, 96, 128, 129, 144, 160, 176, 192, 208, 224])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_share_skew(k, dtype):
     # k > 16 keeps 2, 4 or 8 running maxima a lane, each over its own share of
@@ -129,7 +131,7 @@ def test_share_skew(k, dtype):
     check_orders(x.to(dtype).cuda(), k)
 
 
-@pytest.mark.parametrize("k", [33, 64, 65, 96, 128, 129, 160])
+@pytest.mark.parametrize("k", [33, 64, 65, 96, 128, 129, 160, 161, 192, 193, 224])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_short_rows_in_a_wide_buffer(k, dtype):
     # A causal prefill's short rows: lengths that end inside a chunk's first
@@ -164,19 +166,21 @@ def _ulp_run(n, dtype, g):
 
 
 @pytest.mark.parametrize("width", [300, 4096])
-@pytest.mark.parametrize("k", [33, 48, 64, 65, 96, 118, 127, 128, 129, 144, 150, 160])
+@pytest.mark.parametrize("k", [33, 48, 64, 65, 96, 118, 127, 128, 129, 144, 150, 160, 161, 176, 192, 193, 208, 224])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_survivor_cut(k, width, dtype):
     # Before the rank the survivors are cut (warp_cut: a threshold key built
     # bit by bit on the score word, then on the tie word of the keys tied at
     # the k-th score): k = 33-64 cuts 65-256 to at most 64 keys, k = 65-128
     # cuts 129-256 to at most 128 (more than 256 are sorted as 512), k =
-    # 129-160 cuts 257-512 to at most 256 (sixteen keys a lane). Rows whose top
+    # 129-160 cuts 257-512 to at most 256 (sixteen keys a lane), k = 161-224
+    # 257-1024 (thirty-two a lane above 512). Rows whose top
     # scores are one ulp apart (the cut must resolve the lowest bit), whose
     # k-th score is tied across more keys than keep - k (the tie words
     # decide), ties that straddle the k-th inside the cut, more than 256
     # survivors (the 512-key sort at k = 65-128, the sixteen-key cut at k >
-    # 128, the exact fallback at k <= 64), scores of both signs, +-0 and NaN
+    # 128, the exact fallback at k <= 64), more than 512 (the thirty-two-key
+    # cut at k > 160, the fallback below), scores of both signs, +-0 and NaN
     # among the survivors. Low filler elsewhere.
     g = torch.Generator(device="cpu").manual_seed(k * 7919 + width)
     rows = []
@@ -190,7 +194,7 @@ def test_survivor_cut(k, width, dtype):
             at += v.numel()
         rows.append(r)
 
-    for n in (80, 129, 200, 250) + ((400,) if width > 400 else ()):
+    for n in (80, 129, 200, 250) + ((400, 700, 1000) if width > 400 else ()):
         row(_ulp_run(n, dtype, g))
     big = torch.randn(60, generator=g) + 8.0
     row(big, torch.ones(100))  # 160 score >= 1.0: no threshold keeps k to 128
@@ -200,6 +204,8 @@ def test_survivor_cut(k, width, dtype):
     row(torch.randn(100, generator=g) + 8.0, torch.zeros(60), torch.full((60,), -0.0))
     row(torch.randn(50, generator=g) + 8.0, torch.full((150,), float("nan")))
     row(torch.randn(40, generator=g) + 8.0, torch.ones(min(300, width - 40)))
+    if width > 1000:
+        row(torch.randn(100, generator=g) + 8.0, torch.ones(800))  # 900 survivors, the k-th tied at k > 100
     x = torch.stack(rows)
     check_orders(x.cuda(), k)
     # the same rows cut short by lengths (negative to past the buffer), with
@@ -215,7 +221,7 @@ def test_survivor_cut(k, width, dtype):
             _check(dirty.cuda(), k, order=order, tie_break=tie, lengths=lengths.cuda())
 
 
-@pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128, 129, 160])
+@pytest.mark.parametrize("k", [3, 16, 17, 33, 64, 65, 128, 129, 160, 161, 192, 193, 224])
 def test_geometry_at_chunk_edges(k):
     g = torch.Generator(device="cpu").manual_seed(7)
     buf = torch.randn(12, 5000, generator=g).cuda()

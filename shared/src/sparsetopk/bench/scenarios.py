@@ -11,8 +11,8 @@ Scenarios (``--scenario`` takes these names, comma-separated):
   stride 1M) with per-row lengths 4x40K, 4x150K, 16x1M, 64x1M in orders
   any, rank and index.
 - ``decode``: small-k decode, rows 64..16384 x widths 672..8192, k=16, rank,
-  per-row lengths uniform in [width/2, width]; and k=32, 64, 128 and 160 on
-  512x1344, 4096x4096, 16384x8192.
+  per-row lengths uniform in [width/2, width]; and k=32, 64, 128, 160 and 224
+  on 512x1344, 4096x4096, 16384x8192.
 - ``dsa-decode``: DeepSeek sparse attention decode, k=2048, order any, a
   1M-column buffer, 1..32 requests of 1 + MTP rows, request contexts
   log-uniform in [40K, 1M] (row t of a request sees ``ctx - mtp + t``).
@@ -231,14 +231,14 @@ def full_grid() -> List[Cell]:
                                  target_us=TARGETS_US.get((label, 2048, order))))
     # fp32 N(0,1) anchors first; then the other orders, bf16 and the serving grids; band last
     cells += _both(anchors)
-    # decode small-k grid; k = 32, 64, 128 and 160 on three of its shapes (top-32 / 64 / 128 block
-    # selection; 160: the warp kernel's largest k)
+    # decode small-k grid; k = 32, 64, 128, 160 and 224 on three of its shapes (top-32 / 64 / 128 block
+    # selection; 160 / 224: the largest k of nvidia-sm100's two wide warp kernels)
     dec = []
     for rows in (64, 512, 4096, 16384):
         for width in (672, 1344, 4096, 8192):
             dec.append(_topk("decode", f"{rows}x{width}", rows, width, 16, "rank",
                              ("uniform", width // 2, width), priority=1))
-    for k in (32, 64, 128, 160):
+    for k in (32, 64, 128, 160, 224):
         for rows, width in ((512, 1344), (4096, 4096), (16384, 8192)):
             dec.append(_topk("decode", f"{rows}x{width}", rows, width, k, "rank",
                              ("uniform", width // 2, width), priority=2))
