@@ -115,6 +115,7 @@ PYBIND11_MODULE(_C, m) {
         d["split"] = plan.split;
         d["warp_wpb"] = plan.warp_wpb;
         d["warp_m"] = plan.warp_m;
+        d["warp_wide"] = plan.warp_wide;
         d["sampled"] = plan.sampled;
         d["sampled_rows"] = plan.sampled_rows;
         d["est_kernel"] = plan.est_kernel;

@@ -69,7 +69,8 @@ struct SplitWs {
 struct Plan {
   bool split = false;
   int warp_wpb = 0;  // > 0: warp-per-row kernel (k <= 224), this many warps per block
-  int warp_m = 1;    // running maxima per lane, over disjoint column shares (1: k <= 16, 2: k <= 32, 4: k <= 64, 8: k <= 160)
+  int warp_m = 1;    // running maxima per lane, over disjoint column shares (1: k <= 16, 2: k <= 32, 4: k <= 64, 8: k <= 224)
+  int warp_wide = 0; // warp_m 8: 0 for k <= 128, the Wide kernels 1 for k = 129-160 and 2 for k = 161-224
   bool sampled = false;  // split: sample + gather + final (else hist + find + gather + final)
   bool sampled_rows = false;  // topk_sampled_rows_kernel (one 256-thread block per row)
   bool est_kernel = false;    // sampled rows: their estimates first, by sampled_est_kernel (workspace: 8 bytes a row)

@@ -262,9 +262,9 @@ static void launch_topk_t(TopkParams p, const Plan& plan, cudaStream_t stream) {
       go(topk_warp_kernel<T, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else if (plan.warp_m == 4)
       go(topk_warp_kernel<T, 4>, blocks, 32 * plan.warp_wpb, 0, 0, p);
-    else if (p.k <= 128)
+    else if (plan.warp_wide == 0)
       go(topk_warp_kernel<T, 8>, blocks, 32 * plan.warp_wpb, 0, 0, p);
-    else if (p.k <= 160)
+    else if (plan.warp_wide == 1)
       go(topk_warp_kernel<T, 8, 1>, blocks, 32 * plan.warp_wpb, 0, 0, p);
     else
       go(topk_warp_kernel<T, 8, 2>, blocks, 32 * plan.warp_wpb, 0, 0, p);
@@ -522,10 +522,10 @@ Plan plan_topk(TopkParams& p, int dev) {
     // k at most half of the 32 warp_m lane maxima (5/8 at k = 129-160, 3/4
     // at k = 161-192, 7/8 at k = 193-224)
     plan.warp_m = k <= 16 ? 1 : (k <= 32 ? 2 : (k <= 64 ? 4 : 8));
-    const int wide = k <= 128 ? 0 : (k <= 160 ? 1 : 2);
-    p.cand_cap = warp_cap(plan.warp_m, wide);
+    plan.warp_wide = k <= 128 ? 0 : (k <= 160 ? 1 : 2);
+    p.cand_cap = warp_cap(plan.warp_m, plan.warp_wide);
     plan.warp_wpb = p.rows >= 8 * int64_t(d.sms) ? 4 : (p.rows >= 2 * int64_t(d.sms) ? 2 : 1);
-    plan.warp_wpb = std::min(plan.warp_wpb, warp_max_wpb(plan.warp_m, wide));
+    plan.warp_wpb = std::min(plan.warp_wpb, warp_max_wpb(plan.warp_m, plan.warp_wide));
     plan.block = 32 * plan.warp_wpb;
     return plan;
   }

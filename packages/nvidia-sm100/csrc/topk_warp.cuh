@@ -642,12 +642,9 @@ __device__ __forceinline__ void warp_finish(uint64_t* buf, int S, int k, int ord
   if (P == 4 || S <= 64) {
     warp_count_emit(buf, S, k, order, tie, c, out);
   } else if constexpr (P == 8) {
-    if constexpr (Wide == 2) {
-      if (S > 512) S = warp_cut<32>(buf, S, k, 256);
+    if constexpr (Wide) {
+      if (Wide == 2 && S > 512) S = warp_cut<32>(buf, S, k, 256);  // only Wide = 2 holds > 512
       else if (S > 256) S = warp_cut<16>(buf, S, k, 256);
-      warp_sort_emit<8, true>(buf, S, k, order, tie, c, out);
-    } else if constexpr (Wide) {
-      if (S > 256) S = warp_cut<16>(buf, S, k, 256);
       warp_sort_emit<8, true>(buf, S, k, order, tie, c, out);
     } else if (S > 256) {
       warp_sort_emit<16, true>(buf, S, k, order, tie, c, out);
@@ -720,24 +717,26 @@ __device__ __forceinline__ uint32_t round16x2(uint32_t u) {
   return uint32_t(b) * 0x10001u;
 }
 
-// The R-th largest of eight values (R = 4 or 5; R = 0: the sixth, or the
-// seventh where seventh is set): the two halves sorted (five compare-exchanges
-// each), then max over i + j = R of min(a_i, b_j), the i-th and j-th largest
-// of the halves (a_0 = b_0 = +inf; i, j <= 4).
-template <int R>
-__device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8], bool seventh = false) {
-  static_assert(R == 0 || R == 4 || R == 5, "the fourth, fifth, or sixth / seventh");
-  uint32_t a[4] = {v[0], v[1], v[2], v[3]}, b[4] = {v[4], v[5], v[6], v[7]};
+// The R-th largest of eight values (R = 4 to 7): the two halves sorted (five
+// compare-exchanges each), then max over i + j = R of min(a_i, b_j), the i-th
+// and j-th largest of the halves (a_0 = b_0 = +inf; i, j <= 4). Where k picks
+// R at run time (the sixth or the seventh), the halves are sorted once.
+__device__ __forceinline__ void sort_halves_of_eight(const uint32_t (&v)[8], uint32_t (&a)[4], uint32_t (&b)[4]) {
   auto cx = [](uint32_t& x, uint32_t& y) {  // x >= y after
     const uint32_t h = max(x, y);
     y = min(x, y);
     x = h;
   };
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = v[i], b[i] = v[4 + i];
   cx(a[0], a[1]), cx(a[2], a[3]), cx(a[0], a[2]), cx(a[1], a[3]), cx(a[1], a[2]);
   cx(b[0], b[1]), cx(b[2], b[3]), cx(b[0], b[2]), cx(b[1], b[3]), cx(b[1], b[2]);
-  if constexpr (R == 0)
-    return seventh ? max(min(a[2], b[3]), min(a[3], b[2]))
-                   : max(max(min(a[1], b[3]), min(a[2], b[2])), min(a[3], b[1]));
+}
+template <int R>
+__device__ __forceinline__ uint32_t rth_of_halves(const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  static_assert(R >= 4 && R <= 7, "the fourth to the seventh");
+  if constexpr (R == 7) return max(min(a[2], b[3]), min(a[3], b[2]));
+  if constexpr (R == 6) return max(max(min(a[1], b[3]), min(a[2], b[2])), min(a[3], b[1]));
   if constexpr (R == 5) return max(max(min(a[0], b[3]), min(a[1], b[2])), max(min(a[2], b[1]), min(a[3], b[0])));
   return max(max(max(a[3], b[3]), min(a[0], b[2])), max(min(a[1], b[1]), min(a[2], b[0])));
 }
@@ -753,7 +752,7 @@ __device__ __forceinline__ uint32_t rth_of_eight(const uint32_t (&v)[8], bool se
 // H200, and counting all four 23-30% slower), the fourth largest (P = 8, k
 // = 65-128: in a model of N(0, 1) rows as good as the exact k-th of the 256
 // for every k there, where the second largest leaves k = 128 with no bound),
-// the fifth largest (Wide, k = 129-160, rth_of_eight<5>: with the
+// the fifth largest (Wide, k = 129-160, rth_of_halves<5>: with the
 // fourth, some rows at k = 160 found no bound until late, overflowed the
 // 512-key buffer and took the radix fallback, 5 of 4096 and 17 of 16384 on
 // the H100, none with the fifth; 4096 x 4096 ragged 94.2 -> 67.2 us), the
@@ -778,8 +777,10 @@ __device__ __forceinline__ uint32_t warp_kth16p(const uint32_t (&pm)[P], int k, 
     const uint32_t lo_top = min(a, c), hi_bot = max(b, d);
     cu[0] = max(lo_top, hi_bot);  // the second largest of the four
   } else {
-    if constexpr (Wide == 2) cu[0] = rth_of_eight<0>(pm, k > 192);
-    else cu[0] = rth_of_eight<4 + Wide>(pm);
+    uint32_t a[4], b[4];
+    sort_halves_of_eight(pm, a, b);
+    if constexpr (Wide == 2) cu[0] = k > 192 ? rth_of_halves<7>(a, b) : rth_of_halves<6>(a, b);
+    else cu[0] = rth_of_halves<4 + Wide>(a, b);
   }
   const int lane = threadIdx.x & 31;
   uint32_t b2[P];
