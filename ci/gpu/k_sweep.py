@@ -3,7 +3,8 @@ cliffs between the k values the bench grid holds (16, 32, 64, 2048). Same timer 
 `sparsetopk bench` (CUDA-graph replay over rotating buffers past L2, median per call);
 full rows, fp32 N(0, 1) (SWEEP_DTYPE); SWEEP_RAGGED=1: per-row lengths uniform in
 [n/2, n] as in the bench's decode cells, SWEEP_RAGGED=causal: in [1, n] as in a
-causal prefill (torch.topk still reads full rows). Each
+causal prefill (torch.topk still reads full rows). SWEEP_DIST=band: each score the
+max of 64 N(0, 1) draws (the bench's band rows: many scores near the threshold). Each
 cell: us and the plan (kernel, and threads a block where the rows kernel runs).
 
     python ci/gpu/k_sweep.py
@@ -34,6 +35,9 @@ ragged = env("SWEEP_RAGGED", "0")
 if ragged not in ("0", "1", "causal"):
     raise SystemExit(f"SWEEP_RAGGED={ragged!r}: 0, 1 or causal")
 ragged = None if ragged == "0" else ragged
+dist = env("SWEEP_DIST", "normal")
+if dist not in ("normal", "band"):
+    raise SystemExit(f"SWEEP_DIST={dist!r}: normal or band")
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 g = torch.Generator(device="cuda").manual_seed(0)
 
@@ -48,11 +52,15 @@ def label(pl):
             else "tile" if pl.get("tile") else f"rows{pl['block']}")
 
 
-print(f"| shape ({str(dtype)[6:]}{f', ragged {ragged}' if ragged else ''}) | order | path | " + " | ".join(f"k={k}" for k in ks) + " |")
+print(f"| shape ({str(dtype)[6:]}{f', ragged {ragged}' if ragged else ''}{', band' if dist == 'band' else ''}) | order | path | " + " | ".join(f"k={k}" for k in ks) + " |")
 print("|---|---|---|" + "---|" * len(ks))
 for rows, n in shapes:
     views = max(2, min(64, -(-int(2.5 * L2) // (rows * n * dtype.itemsize))))
-    x = torch.randn(views * rows, n, generator=g, device="cuda").to(dtype)
+    if dist == "band":  # a view at a time: the 64 draws a score are 64x the view's size
+        x = torch.cat([torch.randn(rows, n, 64, generator=g, device="cuda").amax(dim=2).to(dtype)
+                       for _ in range(views)])
+    else:
+        x = torch.randn(views * rows, n, generator=g, device="cuda").to(dtype)
     lo = 1 if ragged == "causal" else n // 2
     lens = torch.randint(lo, n + 1, (views, rows), generator=g, device="cuda") if ragged else None
     for order in orders:

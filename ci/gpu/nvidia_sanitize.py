@@ -93,6 +93,11 @@ few = torch.randn(8, 1344, generator=g).to(dev)
 chk(few, 16)
 chk(few, 64, order="index", lengths=torch.tensor([0, 3, 16, 17, 300, 1000, 1344, 5000], device=dev))
 chk(torch.zeros(2, 1344, device=dev), 16, order="index")
+# 16-bit rows in the rows kernel (k > 64) and the tile kernel's radix fallback, with exact ties at the
+# k-th score: the one-block select pins the shared key bits (select_math.h) instead of passing over them
+chk(few.to(torch.bfloat16), 224, order="rank")
+chk((few * 2).round().to(torch.float16), 100, order="index", tie_break="high", index_scale=3, index_offset=2)
+chk((few * 2).round().to(torch.bfloat16), 48, order="any")
 # warp-per-row small k: threshold filter, lane-skew overflow -> radix fallback; k=32 / 64 / 128 (two /
 # four / eight share maxima per lane), a 16-bit row at k=48, k=96 / 128 sorting 256 keys
 path("warp")

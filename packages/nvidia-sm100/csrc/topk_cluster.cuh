@@ -192,58 +192,6 @@ __device__ void cluster_find(const cg::cluster_group& cl, uint32_t* h, int dbits
   cluster_clock(stamps, 4);
 }
 
-// Key bits that every key of a row shares once the bits above them are
-// pinned, so a pass over them would put every remaining key into one bin and
-// cost a cluster barrier for nothing:
-//  - score_lo low bits of the ordered score: a bf16 score widens to float32
-//    with 16 zero low bits, an fp16 one with 13 (canonical NaN, +-0 and
-//    forced +inf too), so ordering makes them all zeros (non-negative score,
-//    ordered sign bit 1) or all ones (negative) once the sign is pinned;
-//  - tie_hi top bits of the tie word: every global index of the row lies in
-//    [g(0), g(n - 1)] (g = j scale + offset is linear in j), so the bits
-//    above the first one where the two ends differ are common (tie_val).
-// (bf16 N(0,1) rows usually have exact ties at the k-th key, so their select
-// runs through the tie word: at 40K columns 8 passes, 4 of them over bits
-// that are shared.)
-struct KeySkip {
-  int score_lo;
-  int tie_hi;
-  uint32_t tie_val;
-};
-
-template <typename T>
-__device__ __forceinline__ KeySkip key_skip(const RowCtx& c) {
-  KeySkip ks{0, 0, 0u};
-  ks.score_lo = std::is_same<T, bf16_tag>::value ? 16 : (std::is_same<T, f16_tag>::value ? 13 : 0);
-  // (built inside each select from the row's context: held across the
-  // gather, it spilled the 16-bit kernels)
-  if (c.n >= 1) {
-    const int64_t a = c.offset, b = (c.n - 1) * c.scale + c.offset;
-    const int64_t lo = min(a, b), hi = max(a, b);
-    if (lo >= 0 && hi <= int64_t(0xffffffffll)) {
-      ks.tie_hi = __clz(uint32_t(lo) ^ uint32_t(hi));  // 32 when lo == hi (0 passes needed then anyway)
-      ks.tie_val = stk::tie_word(uint32_t(lo), c.tie);
-    }
-  }
-  return ks;
-}
-
-// Pins the shared bits at st.depth (if any), moving depth past them on digit
-// boundaries; kk and the bin's count are unchanged, as a pass would leave them.
-__device__ __forceinline__ void skip_shared_bits(const KeySkip& ks, SelState& st) {
-  if (st.depth >= 1 && st.depth < 32 && st.depth >= 32 - ks.score_lo) {
-    if (!(st.prefix >> 63)) st.prefix |= ((1ull << (32 - st.depth)) - 1) << 32;  // negative: ones
-    st.depth = 32;
-  }
-  const int top = 32 + ks.tie_hi / kCBits * kCBits;
-  if (st.depth >= 32 && st.depth < top) {
-    const int from = st.depth - 32, to = top - 32;  // tie-word bits [from, to) counted from its MSB
-    const uint32_t mask = (0xffffffffu >> from) & (to >= 32 ? 0xffffffffu : ~(0xffffffffu >> to));
-    st.prefix |= uint64_t(ks.tie_val & mask);
-    st.depth = top;
-  }
-}
-
 // Where a cluster select stopped: the k-th key lies in the bin `prefix`
 // (its top `depth` bits), which holds E keys, kk of them to be taken; below:
 // the bin's keys in lower-ranked blocks; fin_half: the half of recv (C x
@@ -270,7 +218,7 @@ __device__ ClusterSel cluster_select(const cg::cluster_group& cl, const Src& src
   SelState st{0ull, 0, kk};
   for (int pass = 0;; ++pass) {
     const int dbits = kCBits;
-    skip_shared_bits(ks, st);
+    skip_shared_bits<kCBits>(ks, st);
     if (st.depth >= 64) return ClusterSel{st.prefix, 64, st.kk, st.kk, 0, 0};  // (unreachable: E == kk first)
     if (!hist0_ready) hist_pass<false>(src, h, st.prefix, st.depth, dbits);  // no barrier: cluster_find has them
     hist0_ready = false;

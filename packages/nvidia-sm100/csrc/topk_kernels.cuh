@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "sparsetopk/canonical.h"
+#include "select_math.h"
 
 namespace stk_nv {
 
@@ -27,11 +28,6 @@ namespace stk = sparsetopk;
 constexpr int kItems = 8;        // contiguous elements per thread per tile
 constexpr int kMaxBins = 2048;   // 11-bit digits
 constexpr int kMaxWarps = 32;
-
-// Digit widths of the 64-bit key, most significant first: 11,11,10 | 11,11,10.
-__device__ __forceinline__ int digit_bits(int depth) {
-  return (depth == 22 || depth == 54) ? 10 : 11;
-}
 
 // Profiling aid (SPARSETOPK_NV_PATH=stamps): %globaltimer at phase ends, by
 // thread 0 of block 0 of row 0; read back with _C.cluster_stamps(). Slot 31
@@ -863,11 +859,21 @@ __device__ __forceinline__ int next_pow2(int x) {
 
 // ----------------------------------------------------------------------------
 // Radix select state and the pass loop.
-struct SelState {
-  uint64_t prefix;  // resolved top `depth` bits of the k-th key, low bits 0
-  int depth;
-  int kk;           // how many keys matching prefix still to take
-};
+// The row's KeySkip (select_math.h): its dtype's zero score bits and the
+// span of its global indices, g(0) .. g(n - 1). kRowSkip<T>: whether the
+// one-block select of a T row uses it (select_passes' Skip).
+template <typename T>
+constexpr bool kRowSkip = score_zero_bits<T>() > 0;
+
+template <typename T>
+__device__ __forceinline__ KeySkip key_skip(const RowCtx& c) {
+  KeySkip ks{0, 0, 0u};
+  ks.score_lo = score_zero_bits<T>();
+  // (built inside each select from the row's context: held across the
+  // gather, it spilled the 16-bit kernels)
+  if (c.n >= 1) key_skip_span(ks, c.offset, (c.n - 1) * c.scale + c.offset, c.tie);
+  return ks;
+}
 
 enum PassResult { kDone = 0, kGathered = 1 };
 
@@ -878,13 +884,22 @@ enum PassResult { kDone = 0, kGathered = 1 };
 // st.depth, prefix st.prefix) over src, so that pass is not run again.
 // MaxDepth < 64: stop once that many top bits are pinned (kDone, *T = the
 // prefix: at least k keys are >= it; an estimate, not the k-th key).
-template <int MaxDepth = 64, class Src>
+// Skip: pin the bits every key of src shares (ks: key_skip of src's row)
+// after each pass instead of passing over them (with MaxDepth = 64 only).
+// Only the 16-bit rows and tile kernels take it: the fp32 ones measured 3-5%
+// slower with it at 4096 x 4096 (H100, k = 160-2048: the compiler no longer
+// specialises the first pass), and fp32 scores tie only on adversarial rows.
+template <int MaxDepth = 64, bool Skip = false, class Src>
 __device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist, BlockScratch& s,
                              uint64_t* cand, int cand_cap, int* ncand, uint64_t* T,
-                             bool hist_ready = false) {
+                             bool hist_ready = false, const KeySkip& ks = KeySkip{0, 0, 0u}) {
+  static_assert(!Skip || MaxDepth == 64, "a skip pins bits below an estimate's depth");
   while (true) {
-    const int dbits = digit_bits(st.depth);
-    if (!hist_ready) hist_pass(src, hist, st.prefix, st.depth, dbits);
+    const int dbits = Skip ? pass_bits(st.depth) : digit_bits(st.depth);
+    if (Skip && !hist_ready && st.depth == 0)
+      hist_pass(src, hist, 0ull, 0, 11);  // (the first pass's own copy, as the compiler makes without Skip)
+    else if (!hist_ready)
+      hist_pass(src, hist, st.prefix, st.depth, dbits);
     hist_ready = false;
     find_bin(hist, dbits, st.kk, s);
     const int b = s.bin, above = s.above, E = s.count;
@@ -903,6 +918,10 @@ __device__ int select_passes(const Src& src, int k, SelState& st, uint32_t* hist
       __syncthreads();
       return kGathered;
     }
+    // (after the pass, not before the next: the first pass keeps its code.
+    // depth stays < 64: E >= 2 distinct keys share the prefix, so some bit
+    // below it differs)
+    if (Skip) skip_shared_bits<1>(ks, st);
   }
 }
 

@@ -51,14 +51,16 @@ struct BlockRow {
 };
 
 // Selects from a source (global row or resident row) with the candidate
-// gather, and writes the row's output.
-template <class Src>
+// gather, and writes the row's output. ks: the row's shared key bits (used
+// where Skip: select_passes).
+template <bool Skip, class Src>
 __device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p, const OutRow& out,
-                                  SmemLayout& L, BlockScratch& s, SelState st, bool hist_ready = false) {
+                                  SmemLayout& L, BlockScratch& s, SelState st, const KeySkip& ks,
+                                  bool hist_ready = false) {
   const int k = p.k;
   uint64_t T = 0;
   int ncand = 0;
-  const int r = select_passes(src, k, st, L.hist, s, L.cand, p.cand_cap, &ncand, &T, hist_ready);
+  const int r = select_passes<64, Skip>(src, k, st, L.hist, s, L.cand, p.cand_cap, &ncand, &T, hist_ready, ks);
   if (r == kDone) {
     finish(src, T, k, p.order, out, L.outbuf, s);
     return;
@@ -68,7 +70,7 @@ __device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p
     finish_small(L.cand, ncand, k, p.order, out, L.rankbuf);
     return;
   }
-  select_passes(cs, k, st, L.hist, s, nullptr, 0, nullptr, &T);
+  select_passes<64, Skip>(cs, k, st, L.hist, s, nullptr, 0, nullptr, &T, false, ks);
   finish(cs, T, k, p.order, out, L.outbuf, s);
 }
 
@@ -78,9 +80,9 @@ __device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p
 // buffer overflowed, the exact multi-pass select over the row takes over,
 // resuming after its first pass (the histogram is complete), so the
 // fallback costs no extra read over the old path.
-template <class Src>
+template <bool Skip, class Src>
 __device__ void stream_select(const Src& gsrc, int64_t n, const TopkParams& p, const OutRow& out,
-                              SmemLayout& L, BlockScratch& s, int online_cap) {
+                              SmemLayout& L, BlockScratch& s, int online_cap, const KeySkip& ks) {
   const int k = p.k;
   int nb = 0;
   const bool ok = online_pass(gsrc, k, L.hist, s, L.cand, online_cap, &nb);
@@ -104,12 +106,12 @@ __device__ void stream_select(const Src& gsrc, int64_t n, const TopkParams& p, c
         return;
       }
       uint64_t Tk = 0;
-      select_passes(cs, k, st, L.hist, s, nullptr, 0, nullptr, &Tk);
+      select_passes<64, Skip>(cs, k, st, L.hist, s, nullptr, 0, nullptr, &Tk, false, ks);
       finish(cs, Tk, k, p.order, out, L.outbuf, s);
       return;
     }
   }
-  select_and_finish(gsrc, n, p, out, L, s, SelState{0ull, 0, k}, /*hist_ready=*/true);
+  select_and_finish<Skip>(gsrc, n, p, out, L, s, SelState{0ull, 0, k}, ks, /*hist_ready=*/true);
 }
 
 __device__ __forceinline__ int online_cap(const TopkParams& p) { return p.cand_cap + int(p.res_cap / 2); }
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
     if (p.k <= kBoundMaxK && gsrc.end() - gsrc.first() <= step) {
       resident_bounded<false>(gsrc, n, p, out, L, s, [&] {
         ResSrc rs{L.res, n, c, 0};
-        select_and_finish(rs, n, p, out, L, s, SelState{0ull, 0, p.k});
+        select_and_finish<kRowSkip<T>>(rs, n, p, out, L, s, SelState{0ull, 0, p.k}, key_skip<T>(c));
       });
       return;
     }
@@ -228,12 +230,12 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
     }
     __syncthreads();
     ResSrc rs{L.res, n, c, 0};
-    select_and_finish(rs, n, p, out, L, s, st);
+    select_and_finish<kRowSkip<T>>(rs, n, p, out, L, s, st, key_skip<T>(c));
     STK_CLOCK(7);
   } else if (p.online) {
-    stream_select(gsrc, n, p, out, L, s, online_cap(p));
+    stream_select<kRowSkip<T>>(gsrc, n, p, out, L, s, online_cap(p), key_skip<T>(c));
   } else {
-    select_and_finish(gsrc, n, p, out, L, s, st);
+    select_and_finish<kRowSkip<T>>(gsrc, n, p, out, L, s, st, key_skip<T>(c));
   }
 }
 
@@ -245,7 +247,7 @@ __global__ void __launch_bounds__(1024) topk_rows_kernel(TopkParams p) {
 template <typename T>
 __device__ __noinline__ void tile_ties(TopkParams p, RowCtx c, OutRow out, SmemLayout L, BlockScratch& s) {
   ResSrc rs{L.res, c.n, c, 0};
-  select_and_finish(rs, c.n, p, out, L, s, SelState{0ull, 0, p.k});
+  select_and_finish<kRowSkip<T>>(rs, c.n, p, out, L, s, SelState{0ull, 0, p.k}, key_skip<T>(c));
 }
 
 // Rows of one tile each and k <= kBoundMaxK (decode rows up to 8K columns

@@ -427,6 +427,43 @@ def test_cluster_shared_bits(path, dtype):
         _check(x, 4096, lengths=lengths, order="any", force_begin=3, force_end=100)
 
 
+@pytest.mark.parametrize("path", ["rows,block", "rows,block,no-tile", "rows,block,stream",
+                                  "rows,block,stream,no-online"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "f16", "f32"])
+def test_rows_shared_bits(path, dtype):
+    """The one-block select (rows and tile kernels: select_passes) pins the
+    key bits every key of the row shares without a pass (the low score bits
+    of 16-bit dtypes once the sign is known, the common top bits of the
+    row's global indices) and splits the rest of the tie word into even
+    digits: exact ties at the k-th score at negative and positive
+    thresholds, both signs in a row, N(0,1) rows (ties only from rounding),
+    NaN / +-inf / +-0 among the ties, dirty columns past each length, rows
+    of 1 / 2 columns, shard views whose global indices reach past 2^11 /
+    2^13 / 2^15, forced columns, both tie rules; resident rows (the tile
+    kernel at k <= 64 without no-tile), streamed rows (one read, two reads)."""
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(zlib.crc32(f"{path}|{dtype}|rowsbits".encode()))
+    width = 5000
+    lens = [width, 1344, 2049, 4001, 1, 2, 300, width + 7]
+    for sign in (1.0, -1.0):
+        x = (sign * torch.randint(1, 5, (len(lens), width), generator=g).float() * 0.5).to(dtype)
+        x[1, ::7] = -x[1, ::7]  # both signs in one row
+        x[2] = torch.randn(width, generator=g).to(dtype)  # N(0,1): ties only from rounding (16-bit)
+        x[3] = torch.randn(width, 64, generator=g).amax(-1).to(dtype)  # a band of max-pooled logits
+        sp = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0], dtype=torch.float32).to(dtype)
+        x[6, ::3] = sp[torch.randint(0, len(sp), (len(range(0, width, 3)),), generator=g)]
+        x = _dirty(x, lens, g).to(dev)
+        lengths = torch.tensor(lens, dtype=torch.int64, device=dev)
+        for scale, offset in ((1, 0), (3, 2), (2, 1), (8, 7)):
+            for j, order in enumerate(["any", "rank", "index"]):
+                tie = ("low", "high")[(j + scale) % 2]
+                for k in (16, 224, 1000):
+                    _check(x, k, lengths=lengths * scale, order=order, tie_break=tie, index_scale=scale,
+                           index_offset=offset)
+        _check(x, 300, lengths=lengths, order="rank", force_begin=3, force_end=100)
+        _check(x, 48, lengths=lengths, order="rank", force_begin=3, force_end=100)
+
+
 def _threshold_ties(lens, width, k, m, a, g, below, above, ties) -> torch.Tensor:
     """Rows (row r valid up to lens[r]) whose k-th score is an exact tie: m
     columns hold ties(m), a of them taken (k - a columns hold above(k - a)),
