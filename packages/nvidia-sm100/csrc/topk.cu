@@ -506,16 +506,17 @@ Plan plan_topk(TopkParams& p, int dev) {
   // long rows need more than one warp's bandwidth each
   // (measured on the H200: below ~SMs rows the one-block kernel is faster,
   // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins).
-  // k = 129-224 only from 2048 columns: at 512 x 1344 the rows kernel is
-  // faster (H100, ragged, k = 129-160: fp32 12.5-13.2 vs 13.0-14.6 us, bf16
-  // 12.5-13.1 vs 13.0-31.6, where short 16-bit rows leave fewer than k lane
-  // values with a column and fall back), at 512 x 2048 they tie, above that
-  // the warp kernel wins (4096 x 4096 1.6x, 16384 x 8192 2.2x). k = 161-224
-  // alike (H100, ragged, warp vs rows kernel: 512 x 1344 fp32 k = 192 15.6
-  // vs 13.9 us, 512 x 2048 16.1 vs 17.8, 4096 x 4096 76.1 vs 121.0; at 512 x
-  // 1344, k = 224, the warp kernel won, 16.8 vs 17.5, bf16 16.7 vs 23.4)
+  // k = 129-224 from 2048 columns, up to 1024, or on 8 x SMs rows: between
+  // those, on fewer rows, the rows kernel is faster on N(0,1) rows (H100,
+  // ragged, warp vs rows kernel, fp32: 512 x 1344 k = 129 / 160 / 192 12.9 /
+  // 14.6 / 15.5 vs 12.5 / 13.2 / 13.9 us, 512 x 1536 k = 129 / 160 12.9 /
+  // 14.8 vs 12.5 / 13.8), though not on band rows (512 x 1344 k = 160 14.2
+  // vs 18.0); at 512 x 2048 they tie; elsewhere the warp kernel wins: 512 x
+  // 672 / 1024 k = 129-224 11.1-14.5 vs 11.7-17.0, 4096 x 1344 47.5-62.0 vs
+  // 70.4-96.2, 4096 x 4096 1.6x, 16384 x 8192 2.2x
+  const bool mid = W > 1024 && W < 2048 && p.rows < 8 * int64_t(d.sms);
   const bool warp = k <= kWarpMaxK && opt.warp != 0 &&
-                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (k <= 128 || W >= 2048) &&
+                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (k <= 128 || !mid) &&
                                        (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
     p.res_cap = 0;

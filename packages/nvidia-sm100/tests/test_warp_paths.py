@@ -32,7 +32,12 @@ def test_small_k_takes_the_warp_path(monkeypatch):
     assert _plan(512, 1344, 161)["warp_wpb"] == 0 and _plan(512, 2048, 225)["warp_wpb"] == 0
     assert _plan(512, 2048, 161)["warp_m"] == 8 and _plan(4096, 4096, 192)["warp_wpb"] == 3  # 13 KB a warp
     assert _plan(4096, 4096, 160)["warp_wpb"] == 4
-    assert _plan(512, 1344, 129)["warp_wpb"] == 0 and _plan(512, 2048, 129)["warp_m"] == 8  # k > 128: 2048+ columns
+    assert _plan(512, 1344, 129)["warp_wpb"] == 0 and _plan(512, 2048, 129)["warp_m"] == 8  # k > 128: 2048+ columns,
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    r = 4 * sms
+    assert _plan(r, 2047, 224)["warp_wpb"] == 0 and _plan(r, 1025, 129)["warp_wpb"] == 0
+    assert _plan(r, 1024, 129)["warp_m"] == 8 and _plan(r, 672, 224)["warp_wide"] == 2  # up to 1024,
+    assert _plan(8 * sms, 1344, 160)["warp_wide"] == 1 and _plan(8 * sms - 1, 1344, 160)["warp_wpb"] == 0  # 8 x SMs rows
     assert _plan(8, 1344, 16)["warp_wpb"] == 0  # few rows: one block per row
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
     assert _plan(512, 1344, 16)["warp_wpb"] == 0
