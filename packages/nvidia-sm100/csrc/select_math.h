@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "sparsetopk/canonical.h"  // STK_HD, tie_word
+#include "warp_math.h"             // clz32
 
 namespace stk_nv {
 
@@ -50,36 +51,16 @@ struct KeySkip {
   uint32_t tie_val;
 };
 
-STK_HD int clz_u32(uint32_t x) {
-#ifdef __CUDA_ARCH__
-  return __clz(x);
-#else
-  return x ? __builtin_clz(x) : 32;
-#endif
-}
-
-STK_HD int64_t min_i64(int64_t a, int64_t b) {
-#ifdef __CUDA_ARCH__
-  return min(a, b);
-#else
-  return a < b ? a : b;
-#endif
-}
-
-STK_HD int64_t max_i64(int64_t a, int64_t b) {
-#ifdef __CUDA_ARCH__
-  return max(a, b);
-#else
-  return a < b ? b : a;
-#endif
-}
-
 // The tie-word part of ks for keys whose global indices lie between g_a and
 // g_b (either order).
 STK_HD void key_skip_span(KeySkip& ks, int64_t g_a, int64_t g_b, int tie) {
-  const int64_t lo = min_i64(g_a, g_b), hi = max_i64(g_a, g_b);
+#ifdef __CUDA_ARCH__
+  const int64_t lo = min(g_a, g_b), hi = max(g_a, g_b);
+#else
+  const int64_t lo = g_a < g_b ? g_a : g_b, hi = g_a < g_b ? g_b : g_a;
+#endif
   if (lo >= 0 && hi <= int64_t(0xffffffffll)) {
-    ks.tie_hi = clz_u32(uint32_t(lo) ^ uint32_t(hi));  // 32 when lo == hi (0 passes needed then anyway)
+    ks.tie_hi = clz32(uint32_t(lo) ^ uint32_t(hi));  // 32 when lo == hi (0 passes needed then anyway)
     ks.tie_val = stk::tie_word(uint32_t(lo), tie);
   }
 }

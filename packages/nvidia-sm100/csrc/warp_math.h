@@ -1,7 +1,8 @@
-// Integer helpers of the warp-per-row kernel (topk_warp.cuh) that compile on
-// the host as well (the packed-count decode, the survivor cut's threshold),
-// so packages/nvidia-sm100/tests/test_warp_math_host.py can hold them to
-// brute force on a CPU-only machine.
+// Integer helpers of the warp-per-row kernel (topk_warp.cuh; clz32 serves
+// select_math.h too) that compile on the host as well (the packed-count
+// decode, the survivor cut's threshold), so
+// packages/nvidia-sm100/tests/test_warp_math_host.py can hold them to brute
+// force on a CPU-only machine.
 #pragma once
 
 #include <stdint.h>

@@ -413,18 +413,37 @@ def test_cluster_shared_bits(path, dtype):
     width = 120000
     lens = [width, 40000, 70001, 100000, 3000]
     for sign in (1.0, -1.0):
-        x = (sign * torch.randint(1, 5, (5, width), generator=g).float() * 0.5).to(dtype)
-        x[1, ::7] = -x[1, ::7]  # both signs in one row
-        x[2] = torch.randn(width, generator=g).to(dtype)  # N(0,1): ties only from rounding
-        sp = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0], dtype=torch.float32).to(dtype)
-        x[4, ::3] = sp[torch.randint(0, len(sp), (len(range(0, width, 3)),), generator=g)]
-        x = _dirty(x, lens, g).to(dev)
+        x = _shared_bits_rows(lens, width, sign, dtype, g, special_row=4).to(dev)
         lengths = torch.tensor(lens, dtype=torch.int64, device=dev)
-        for scale, offset in ((1, 0), (3, 2), (2, 1), (8, 7)):
-            for j, order in enumerate(["any", "rank", "index"]):
-                tie = ("low", "high")[(j + scale) % 2]
-                _check(x, 2048, lengths=lengths, order=order, tie_break=tie, index_scale=scale, index_offset=offset)
+        _check_shard_views(x, (2048,), lengths, scale_lengths=False)
         _check(x, 4096, lengths=lengths, order="any", force_begin=3, force_end=100)
+
+
+def _shared_bits_rows(lens, width, sign, dtype, g, special_row, band_row=None) -> torch.Tensor:
+    """Rows for the shared-bit skips (dirty past lens): exact ties at +-0.5 /
+    1 / 1.5 / 2 (sign), both signs in row 1, N(0,1) in row 2 (16-bit: ties
+    only from rounding), a band of max-pooled logits in band_row, NaN /
+    +-inf / +-0 among the ties in special_row."""
+    x = (sign * torch.randint(1, 5, (len(lens), width), generator=g).float() * 0.5).to(dtype)
+    x[1, ::7] = -x[1, ::7]
+    x[2] = torch.randn(width, generator=g).to(dtype)
+    if band_row is not None:
+        x[band_row] = torch.randn(width, 64, generator=g).amax(-1).to(dtype)
+    sp = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0], dtype=torch.float32).to(dtype)
+    x[special_row, ::3] = sp[torch.randint(0, len(sp), (len(range(0, width, 3)),), generator=g)]
+    return _dirty(x, lens, g)
+
+
+def _check_shard_views(x, ks, lengths, scale_lengths):
+    """Every k in ks under shard views (index_scale / index_offset), every
+    order, the tie rule alternating; scale_lengths: lengths x scale (the same
+    buffer columns valid in every view)."""
+    for scale, offset in ((1, 0), (3, 2), (2, 1), (8, 7)):
+        for j, order in enumerate(["any", "rank", "index"]):
+            tie = ("low", "high")[(j + scale) % 2]
+            for k in ks:
+                _check(x, k, lengths=lengths * scale if scale_lengths else lengths, order=order, tie_break=tie,
+                       index_scale=scale, index_offset=offset)
 
 
 @pytest.mark.parametrize("path", ["rows,block", "rows,block,no-tile", "rows,block,stream",
@@ -446,20 +465,9 @@ def test_rows_shared_bits(path, dtype):
     width = 5000
     lens = [width, 1344, 2049, 4001, 1, 2, 300, width + 7]
     for sign in (1.0, -1.0):
-        x = (sign * torch.randint(1, 5, (len(lens), width), generator=g).float() * 0.5).to(dtype)
-        x[1, ::7] = -x[1, ::7]  # both signs in one row
-        x[2] = torch.randn(width, generator=g).to(dtype)  # N(0,1): ties only from rounding (16-bit)
-        x[3] = torch.randn(width, 64, generator=g).amax(-1).to(dtype)  # a band of max-pooled logits
-        sp = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0], dtype=torch.float32).to(dtype)
-        x[6, ::3] = sp[torch.randint(0, len(sp), (len(range(0, width, 3)),), generator=g)]
-        x = _dirty(x, lens, g).to(dev)
+        x = _shared_bits_rows(lens, width, sign, dtype, g, special_row=6, band_row=3).to(dev)
         lengths = torch.tensor(lens, dtype=torch.int64, device=dev)
-        for scale, offset in ((1, 0), (3, 2), (2, 1), (8, 7)):
-            for j, order in enumerate(["any", "rank", "index"]):
-                tie = ("low", "high")[(j + scale) % 2]
-                for k in (16, 224, 1000):
-                    _check(x, k, lengths=lengths * scale, order=order, tie_break=tie, index_scale=scale,
-                           index_offset=offset)
+        _check_shard_views(x, (16, 224, 1000), lengths, scale_lengths=True)
         _check(x, 300, lengths=lengths, order="rank", force_begin=3, force_end=100)
         _check(x, 48, lengths=lengths, order="rank", force_begin=3, force_end=100)
 

@@ -1,20 +1,15 @@
-"""The radix-select bookkeeping of csrc/select_math.h on the CPU: a select
-that runs the kernels' pass loop (select_passes in topk_kernels.cuh: pin the
-shared bits, a histogram of the next pass_bits digit over the keys matching
-the prefix, the bin of the kk-th key) on rows built as the kernels build
-them (ordered canonical scores of fp32 / bf16 / fp16 values, tie words of
-g = j scale + offset under either tie rule), against sorting: the keys
-at or above the threshold found must be the top k. With skip_shared_bits and
-without; the skip must never take more passes, and fewer where keys tie. Needs a host C++ compiler."""
+"""The radix-select bookkeeping of csrc/select_math.h on the CPU: the
+kernels' pass loops run on it (select_passes in topk_kernels.cuh: a
+histogram of the next pass_bits digit over the keys matching the prefix,
+the bin of the kk-th key, then the shared bits pinned; the cluster select:
+fixed 8-bit digits, the shared bits pinned before each pass) over rows built
+as the kernels build them (ordered canonical scores of fp32 / bf16 / fp16
+values, tie words of g = j scale + offset under either tie rule), against
+sorting: the keys at or above the threshold found must be the top k. With
+skip_shared_bits and without; the skip must never take more passes, and
+fewer where keys tie. Needs a host C++ compiler."""
 
-import pathlib
-import shutil
-import subprocess
-
-import pytest
-
-PKG = pathlib.Path(__file__).resolve().parents[1]
-INCLUDES = [PKG / "csrc", PKG.parents[1] / "shared" / "include"]
+from host_cxx import compile_and_run
 
 SRC = r"""
 #include <algorithm>
@@ -118,19 +113,9 @@ int main() {
 """
 
 
-def _compile_and_run(tmp_path, src):
-    cxx = shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    (tmp_path / "t.cpp").write_text(src)
-    exe = tmp_path / "t"
-    subprocess.run([cxx, "-O2", "-std=c++17", *[f"-I{p}" for p in INCLUDES], str(tmp_path / "t.cpp"), "-o", str(exe)],
-                   check=True)
-    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
-
 
 def test_select_with_shared_bits_finds_the_kth_key(tmp_path):
-    r = _compile_and_run(tmp_path, SRC)
+    r = compile_and_run(tmp_path, SRC)
     bad, n, plain, skip = r.stdout.split()
     assert r.returncode == 0 and bad == "0" and int(n) == 18_000, r.stdout + r.stderr
     assert int(skip) < 0.8 * int(plain), r.stdout  # the tied rows skip passes

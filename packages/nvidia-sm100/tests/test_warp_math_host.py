@@ -5,14 +5,7 @@ passed a packed compare from the 32-bit sum of the compare's 0xffff / 0 masks
 below which `warp_cut` drops survivors before the sort (it must keep the top
 k and at most 64 / 128 / 256 keys). Needs a host C++ compiler."""
 
-import pathlib
-import shutil
-import subprocess
-
-import pytest
-
-PKG = pathlib.Path(__file__).resolve().parents[1]
-INCLUDES = [PKG / "csrc", PKG.parents[1] / "shared" / "include"]
+from host_cxx import compile_and_run
 
 SRC = r"""
 #include <cstdint>
@@ -109,19 +102,9 @@ int main() {
 """
 
 
-def _compile_and_run(tmp_path, src):
-    cxx = shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    (tmp_path / "t.cpp").write_text(src)
-    exe = tmp_path / "t"
-    subprocess.run([cxx, "-O2", "-std=c++17", *[f"-I{p}" for p in INCLUDES], str(tmp_path / "t.cpp"), "-o", str(exe)],
-                   check=True)
-    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-
 
 def test_half_counts_recovers_both_halves(tmp_path):
-    r = _compile_and_run(tmp_path, SRC)
+    r = compile_and_run(tmp_path, SRC)
     bad, n = r.stdout.split()
     assert r.returncode == 0 and bad == "0" and int(n) > 2_000_000, r.stdout + r.stderr
 
@@ -131,7 +114,7 @@ def test_cut_threshold_keeps_the_top_k(tmp_path):
     # keep 128), 257-512 (k = 129-160, keep 256) and 257-1024 (k = 161-224, keep 256):
     # spread scores, a few tied values (the tie-word step must run), scores one
     # unit apart, 16-bit scores; tie words of either tie rule
-    r = _compile_and_run(tmp_path, CUT_SRC)
+    r = compile_and_run(tmp_path, CUT_SRC)
     bad, n, tie_steps = r.stdout.split()
     assert r.returncode == 0 and bad == "0" and int(n) == 300_000, r.stdout + r.stderr
     assert int(tie_steps) > 10_000, r.stdout  # the tie-word step ran often
