@@ -55,8 +55,8 @@ struct BlockRow {
 // where Skip: select_passes).
 template <bool Skip, class Src>
 __device__ void select_and_finish(const Src& src, int64_t n, const TopkParams& p, const OutRow& out,
-                                  SmemLayout& L, BlockScratch& s, SelState st, const KeySkip& ks,
-                                  bool hist_ready = false) {
+                                  SmemLayout& L, BlockScratch& s, SelState st,
+                                  const KeySkip& ks = KeySkip{0, 0, 0u}, bool hist_ready = false) {
   const int k = p.k;
   uint64_t T = 0;
   int ncand = 0;

@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(kSampledRowsBlock, 3) topk_sampled_rows_kernel
   STK_CLOCK(3);
   if (p.stamps && blockIdx.x == p.stamp_block && threadIdx.x == 0) g_cluster_stamps[30] = got;
   if (got > cap || got < k) {  // exact fallback (rare on real data)
-    select_and_finish<false>(gsrc, n, p, out, L, s, SelState{0ull, 0, k}, KeySkip{0, 0, 0u});
+    select_and_finish<false>(gsrc, n, p, out, L, s, SelState{0ull, 0, k});
     return;
   }
   if (got <= int(blockDim.x)) {

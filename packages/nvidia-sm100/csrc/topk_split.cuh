@@ -546,7 +546,7 @@ __global__ void __launch_bounds__(1024) split_final_kernel(TopkParams p, SplitWs
     // exact fallback: the whole row, one block, streamed, from scratch (the
     // two-read multi-pass select: the online one-read gather here spills
     // registers in this kernel; this is the rare, adversarial-data case)
-    select_and_finish<false>(gsrc, c.n, p, out, L, s, SelState{0ull, 0, p.k}, KeySkip{0, 0, 0u});
+    select_and_finish<false>(gsrc, c.n, p, out, L, s, SelState{0ull, 0, p.k});
     return;
   }
   STK_CLOCK(5);
