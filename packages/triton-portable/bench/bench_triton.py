@@ -5,7 +5,11 @@ replay over rotating input buffers past L2, median over replays, beside
 torch.topk in the same run. Every timed cell is also checked bit-exact against
 a GPU key-sort oracle (torch.topk on the int64 canonical keys).
 
-    python bench/bench_triton.py [--cells small,large] [--sweep] [--json out.json]
+    python bench/bench_triton.py [--cells small,large,mid] [--sweep] [--json out.json]
+    python bench/bench_triton.py --cells mid,large --schemes auto,radix,sample,stream
+
+--schemes times each cell once per scheme (launch.FORCE_SCHEME; "auto" = scheme_for's
+pick), torch.topk once a cell: the data behind scheme_for's thresholds.
 """
 
 from __future__ import annotations
@@ -135,7 +139,7 @@ def time_graph(fn_list, reps=15):
 WARM_ONLY = False
 
 
-def cell(name, rows, width, k, order, length=None, stride=None, check=True):
+def cell(name, rows, width, k, order, length=None, stride=None, check=True, with_torch=True):
     dev = DEV
     stride = stride or width
     if WARM_ONLY:  # compile the variants this cell uses, no timing
@@ -171,10 +175,10 @@ def cell(name, rows, width, k, order, length=None, stride=None, check=True):
     t_ours = time_graph([ours(i) for i in range(nbuf)])
     tw = length if length is not None else width
     tviews = [b[:, :tw] for b in bufs]
-    t_torch = time_graph([(lambda v=v: torch.topk(v, k, dim=1)) for v in tviews])
+    t_torch = time_graph([(lambda v=v: torch.topk(v, k, dim=1)) for v in tviews]) if with_torch else float("nan")
     rec = dict(cell=name, rows=rows, width=width, k=k, order=order, length=length, stride=stride,
-               us=round(t_ours, 2), torch_us=round(t_torch, 2), speedup=round(t_torch / t_ours, 2), exact=ok,
-               nbuf=nbuf)
+               scheme=launch.scheme_for(calls[0]), us=round(t_ours, 2), torch_us=round(t_torch, 2),
+               speedup=round(t_torch / t_ours, 2), exact=ok, nbuf=nbuf)
     print(json.dumps(rec), flush=True)
     bufs = xs = outs = None  # free the buffers (the closures above are done)
     torch.cuda.empty_cache()
@@ -184,6 +188,27 @@ def cell(name, rows, width, k, order, length=None, stride=None, check=True):
 SMALL = [("64x1344 k16", 64, 1344, 16), ("512x1344 k16", 512, 1344, 16),
          ("4096x4096 k16", 4096, 4096, 16), ("16384x8192 k16", 16384, 8192, 16)]
 LARGE = [(r, L) for L in (40_000, 150_000, 1_000_000) for r in (4, 16, 64)]
+# decode rows at k above the stream scheme's 128: where scheme_for picks sample or radix
+MID = [(f"{r}x{n} k{k}", r, n, k) for r, n in ((512, 1344), (4096, 4096), (512, 16384))
+       for k in (129, 160, 224, 512)]
+
+
+def cells(schemes, cfg, *args, **kw):
+    """One cell per scheme (torch.topk timed with the first only); FORCE_SCHEME restored."""
+    out = []
+    for i, sch in enumerate(schemes):
+        launch.FORCE_SCHEME = "" if sch == "auto" else sch
+        try:
+            r = cell(*args, with_torch=i == 0, **kw)
+        finally:
+            launch.FORCE_SCHEME = FORCED
+        r["config"] = cfg
+        r["forced"] = sch
+        out.append(r)
+    return out
+
+
+FORCED = launch.FORCE_SCHEME
 
 
 def main(argv=None):
@@ -194,7 +219,10 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--warm", action="store_true", help="only compile the kernels the cells use")
     ap.add_argument("--fuzz", type=int, default=0, help="fuzz this many rows per dtype, then exit")
+    ap.add_argument("--schemes", default="auto",
+                    help="comma list of auto/lane/stream/radix/sample: time every cell under each")
     a = ap.parse_args(argv)
+    schemes = a.schemes.split(",")
     if a.fuzz:
         return 1 if fuzz(a.fuzz) else 0
     global WARM_ONLY
@@ -217,18 +245,17 @@ def main(argv=None):
             for name, rows, width, k in SMALL:
                 if cfg and set(cfg) <= {"radix_tile", "radix_programs_per_sm"}:
                     continue
-                r = cell(name, rows, width, k, "rank")
-                r["config"] = cfg
-                recs.append(r)
+                recs += cells(schemes, cfg, name, rows, width, k, "rank")
+        if "mid" in a.cells:
+            for name, rows, width, k in MID:
+                recs += cells(schemes, cfg, name, rows, width, k, "rank")
         if "large" in a.cells:
             for rows, L in LARGE:
                 if cfg and set(cfg) <= {"stream_tile"}:
                     continue
                 for order in a.orders.split(","):
-                    r = cell(f"{rows}x{L} k2048 {order}", rows, 1_000_000, 2048, order, length=L,
-                             stride=1_000_000)
-                    r["config"] = cfg
-                    recs.append(r)
+                    recs += cells(schemes, cfg, f"{rows}x{L} k2048 {order}", rows, 1_000_000, 2048, order,
+                                  length=L, stride=1_000_000)
         print(f"config {cfg} done in {time.time() - t0:.1f}s", flush=True)
     launch.CONFIG.clear()
     launch.CONFIG.update(base)

@@ -292,10 +292,29 @@ def test_lane_ties_few_columns(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("rows,width,k,want", [
+    (512, 1344, 160, "radix"),  # decode rows: the sample's fixed cost dominates
+    (4096, 4096, 224, "radix"),
+    (512, 16384, 512, "radix"),
+    (4, 1 << 20, 2048, "radix"),  # too few rows
+    (16, 40000, 2048, "radix"),  # too narrow
+    (32, 1 << 16, 2048, "radix"),  # 2M columns in all
+    (64, 1 << 16, 2048, "sample"),
+    (16, 1 << 20, 2048, "sample"),
+    (64, 1 << 20, 1024, "sample"),
+    (16, 1 << 20, 100, "stream"),
+])
+def test_scheme_rule(monkeypatch, rows, width, k, want):
+    """scheme_for's thresholds (measured: see its comment); no kernel runs."""
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
+    assert launch.scheme_for(_call(torch.empty((rows, width), device="meta"), k)) == want
+
+
 def test_sample_paths_and_fallbacks(monkeypatch):
     monkeypatch.setattr(launch, "FORCE_SCHEME", "")
     monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
-    cfg = dict(launch.CONFIG, sample_min_rows=1)  # 5 rows: take the sample scheme anyway
+    # 5 rows of 3000 columns: take the sample scheme anyway
+    cfg = dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0, sample_min_cols=0)
     if INTERP:
         cfg.update(radix_tile_interp=512, radix_min_chunk_interp=1024)
     monkeypatch.setattr(launch, "CONFIG", cfg)

@@ -31,8 +31,8 @@ def main():
     dtypes = (torch.float32,) if quick else (torch.float32, torch.bfloat16, torch.float16)
     topk = [(512, w, k) for w in (300, 1344, 40000) for k in (16, 64, 128)]  # single program per row
     topk += [(2, 40000, k) for k in (16, 64, 128)]  # row split + final merge
-    topk += [(4, 40000, 2048)]  # sample scheme (+ its radix fallback) + chunked select/rank sort
-    topk += [(4, 8000, 2048)]  # plain radix (width < sample_min_ratio * k)
+    topk += [(16, 1 << 18, 2048)]  # sample scheme (+ its radix fallback) + chunked select/rank sort
+    topk += [(4, 40000, 2048)]  # plain radix (rows < sample_min_rows)
     merges = [(4, 4, 64, 16), (4, 8, 64, 64), (4, 8, 128, 128), (2, 8, 2048, 2048)]
     launch.warmup(topk, merges if not quick else merges[-1:], dtypes, device="cpu")
     import variants

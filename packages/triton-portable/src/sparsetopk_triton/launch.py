@@ -24,10 +24,13 @@ CONFIG = {
     "lane_rows": 32,  # tile = lane_rows x L columns (L = 64 for KP 16, 128 for KP 64)
     "lane_rows_interp": 2,  # interpreter: small tiles so multi-tile / flush paths run
     "lane_warps": 4,
-    # k > smallk_max and width >= sample_min_ratio * k: sample scheme (threshold estimate,
+    # k > smallk_max, width >= sample_min_ratio * k and >= sample_min_width, rows >=
+    # sample_min_rows, rows * width >= sample_min_cols: sample scheme (threshold estimate,
     # one gather read, exact select of the candidates), radix fallback for flagged rows
     "sample_min_ratio": 8,
     "sample_min_rows": 8,
+    "sample_min_width": 1 << 16,
+    "sample_min_cols": 1 << 22,
     "sample_size": 4096,
     "sample_size_interp": 256,
     "stream_tile": 4096,  # columns per stream tile (compiled)
@@ -312,9 +315,16 @@ def scheme_for(call) -> str:
         return "lane"
     if call.k <= CONFIG["smallk_max"]:
         return "stream"
-    # (H200, 2026-11-29: 16 x 1M k=2048 sample 271 us vs radix 726; but for
-    # 4 rows the sample's fixed cost loses: 4 x 40K 180 us vs radix 47)
-    if call.width >= CONFIG["sample_min_ratio"] * call.k and call.rows >= CONFIG["sample_min_rows"]:
+    # The sample's fixed cost (sorting 4096 samples, then 4 next_pow2(k) candidate
+    # slots) is ~180 us at 4-16 rows and grows ~0.8 us a row past a few hundred rows;
+    # radix costs ~45 us per million columns. H100, 2026-12-06 (bench_triton.py
+    # --schemes, fp32 N(0, 1), sample vs radix): 16 x 1M k = 2048 272 vs 676 us,
+    # 64 x 1M 566 vs 3003, 4 x 1M 205 vs 188, 4 x 40K 181 vs 45; decode rows at
+    # k = 129-512 446 vs 87 (512 x 1344), 3305 vs 943 (4096 x 4096), 513 vs 392
+    # (512 x 16384). Lengths are on the device: `width` stands for the row.
+    if (call.width >= CONFIG["sample_min_ratio"] * call.k and call.rows >= CONFIG["sample_min_rows"]
+            and call.width >= CONFIG["sample_min_width"]
+            and call.rows * call.width >= CONFIG["sample_min_cols"]):
         return "sample"
     return "radix"
 
