@@ -506,17 +506,26 @@ Plan plan_topk(TopkParams& p, int dev) {
   // long rows need more than one warp's bandwidth each
   // (measured on the H200: below ~SMs rows the one-block kernel is faster,
   // 4.98 vs 6.35 us at 64 x 1344; from 512 rows on the warp kernel wins).
-  // k = 129-224 from 2048 columns, up to 1024, or on 8 x SMs rows: between
-  // those, on fewer rows, the rows kernel is faster on N(0,1) rows (H100,
-  // ragged, warp vs rows kernel, fp32: 512 x 1344 k = 129 / 160 / 192 12.9 /
-  // 14.6 / 15.5 vs 12.5 / 13.2 / 13.9 us, 512 x 1536 k = 129 / 160 12.9 /
-  // 14.8 vs 12.5 / 13.8), though not on band rows (512 x 1344 k = 160 14.2
-  // vs 18.0); at 512 x 2048 they tie; elsewhere the warp kernel wins: 512 x
-  // 672 / 1024 k = 129-224 11.1-14.5 vs 11.7-17.0, 4096 x 1344 47.5-62.0 vs
-  // 70.4-96.2, 4096 x 4096 1.6x, 16384 x 8192 2.2x
-  const bool mid = W > 1024 && W < 2048 && p.rows < 8 * int64_t(d.sms);
+  // k = 129-224 take the rows kernel only at 1025-2047 columns on few rows,
+  // where it is faster on N(0,1) rows (not on band rows: 512 x 1344 k = 160
+  // 18.0 vs 14.2 us): below 3 x SMs rows, at k <= 160 below 4 x SMs, at k =
+  // 161-207 below 1536 columns and 6 x SMs rows. H100, ragged, rows vs warp
+  // kernel, fp32, k = 129 / 160 / 176 / 193 / 208 / 224: 256 x 1344 9.2 /
+  // 9.5 / 9.5 / 9.6 / 11.3 vs 12.5 / 14.2 / 14.7 / 15.1 / 15.4; 512 x 1344
+  // 12.2 / 13.4 / 13.4 / 13.9 / 15.6 / 17.6 vs 12.4 / 14.3 / 15.1 / 15.5 /
+  // 15.8 / 16.8; 512 x 1536 12.5 / 13.8 / 15.5 / 16.4 / 16.9 / 17.7 vs 12.9
+  // / 14.8 / 15.2 / 15.6 / 16.0 / 17.0; 768 x 1344 18.0 / 18.9 / 19.2 / 20.0
+  // / 22.1 vs 15.6 / 17.0 / 21.3 / 21.7 / 22.1; 1024 x 1344 21.2 / 22.7 /
+  // 23.4 / 24.4 / 26.1 / 30.0 vs 19.1 / 20.2 / 21.6 / 22.1 / 22.4 / 23.0;
+  // bf16 alike. Elsewhere the warp kernel wins: 512 x 672 / 1024 11.1-14.5
+  // vs 11.7-17.0, 4096 x 1344 47.5-62.0 vs 70.4-96.2, 4096 x 4096 1.6x,
+  // 16384 x 8192 2.2x
+  const int64_t sms = d.sms;
+  const bool mid = k > 128 && W > 1024 && W < 2048 &&
+                   (p.rows < 3 * sms || (k <= 160 && p.rows < 4 * sms) ||
+                    (k > 160 && k < 208 && W < 1536 && p.rows < 6 * sms));
   const bool warp = k <= kWarpMaxK && opt.warp != 0 &&
-                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && (k <= 128 || !mid) &&
+                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && !mid &&
                                        (W <= 16384 || p.rows >= 8 * d.sms)));
   if (warp) {
     p.res_cap = 0;

@@ -29,15 +29,24 @@ def test_small_k_takes_the_warp_path(monkeypatch):
     assert _plan(512, 1344, 17)["warp_m"] == 2 and _plan(512, 1344, 32)["warp_m"] == 2
     assert _plan(512, 1344, 33)["warp_m"] == 4 and _plan(512, 1344, 64)["warp_m"] == 4
     assert _plan(512, 1344, 65)["warp_m"] == 8 and _plan(4096, 4096, 160)["warp_m"] == 8
-    assert _plan(512, 1344, 161)["warp_wpb"] == 0 and _plan(512, 2048, 225)["warp_wpb"] == 0
+    assert _plan(2048, 1344, 161)["warp_wpb"] > 0 and _plan(512, 2048, 225)["warp_wpb"] == 0
     assert _plan(512, 2048, 161)["warp_m"] == 8 and _plan(4096, 4096, 192)["warp_wpb"] == 3  # 13 KB a warp
     assert _plan(4096, 4096, 160)["warp_wpb"] == 4
-    assert _plan(512, 1344, 129)["warp_wpb"] == 0 and _plan(512, 2048, 129)["warp_m"] == 8  # k > 128: 2048+ columns,
+    assert _plan(512, 2048, 129)["warp_m"] == 8  # k > 128: 2048+ columns,
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    r = 4 * sms
-    assert _plan(r, 2047, 224)["warp_wpb"] == 0 and _plan(r, 1025, 129)["warp_wpb"] == 0
-    assert _plan(r, 1024, 129)["warp_m"] == 8 and _plan(r, 672, 224)["warp_wide"] == 2  # up to 1024,
-    assert _plan(8 * sms, 1344, 160)["warp_wide"] == 1 and _plan(8 * sms - 1, 1344, 160)["warp_wpb"] == 0  # 8 x SMs rows
+
+    def rows_kernel(rows, w, k):
+        return _plan(rows, w, k)["warp_wpb"] == 0
+
+    assert not rows_kernel(sms, 1024, 129) and _plan(sms, 672, 224)["warp_wide"] == 2  # up to 1024,
+    # and at 1025-2047 columns the rows kernel only on few rows:
+    r3, r4, r6 = 3 * sms, 4 * sms, 6 * sms
+    assert rows_kernel(r3 - 1, 1025, 224) and rows_kernel(r3 - 1, 2047, 129)  # below 3 x SMs rows any k,
+    assert not rows_kernel(r3, 1344, 208) and not rows_kernel(r3, 2047, 224)
+    assert rows_kernel(r4 - 1, 2047, 160) and not rows_kernel(r4, 1344, 160)  # k <= 160 below 4 x SMs,
+    assert rows_kernel(r6 - 1, 1535, 161) and rows_kernel(r6 - 1, 1025, 207)  # k = 161-207, < 1536 columns,
+    assert not rows_kernel(r6, 1344, 176) and not rows_kernel(r3, 1536, 176)  # below 6 x SMs
+    assert not rows_kernel(r3, 1344, 128) and not rows_kernel(r6, 1025, 129)
     assert _plan(8, 1344, 16)["warp_wpb"] == 0  # few rows: one block per row
     monkeypatch.setenv("SPARSETOPK_NV_PATH", "block")
     assert _plan(512, 1344, 16)["warp_wpb"] == 0
