@@ -5,11 +5,15 @@ replay over rotating input buffers past L2, median over replays, beside
 torch.topk in the same run. Every timed cell is also checked bit-exact against
 a GPU key-sort oracle (torch.topk on the int64 canonical keys).
 
-    python bench/bench_triton.py [--cells small,large,mid] [--sweep] [--json out.json]
+    python bench/bench_triton.py [--cells small,large,mid,long] [--sweep] [--json out.json]
     python bench/bench_triton.py --cells mid,large --schemes auto,radix,sample,stream
+    python bench/bench_triton.py --cells large,long --config fallback_rows_div=1
 
 --schemes times each cell once per scheme (launch.FORCE_SCHEME; "auto" = scheme_for's
-pick), torch.topk once a cell: the data behind scheme_for's thresholds.
+pick), torch.topk once a cell: the data behind scheme_for's thresholds. Sample-scheme
+cells also report `fallback_rows`: rows its estimate missed over the cell's buffers
+(each pays the radix fallback, so the time depends on the draw). --config: launch.CONFIG
+overrides (integers) for every cell.
 """
 
 from __future__ import annotations
@@ -173,12 +177,20 @@ def cell(name, rows, width, k, order, length=None, stride=None, check=True, with
         else:
             ok = bool(torch.equal(torch.sort(got, dim=1).values, torch.sort(ref, dim=1).values))
     t_ours = time_graph([ours(i) for i in range(nbuf)])
+    fallback_rows = None
+    if launch.scheme_for(calls[0]) == "sample":  # rows the sample flagged for its radix fallback
+        keep, launch.KEEP_LANE_FLAGS = launch.KEEP_LANE_FLAGS, True
+        fallback_rows = 0
+        for i in range(nbuf):
+            ours(i)()
+            fallback_rows += int(launch.LAST_SAMPLE_FLAGS.sum())
+        launch.KEEP_LANE_FLAGS = keep
     tw = length if length is not None else width
     tviews = [b[:, :tw] for b in bufs]
     t_torch = time_graph([(lambda v=v: torch.topk(v, k, dim=1)) for v in tviews]) if with_torch else float("nan")
     rec = dict(cell=name, rows=rows, width=width, k=k, order=order, length=length, stride=stride,
                scheme=launch.scheme_for(calls[0]), us=round(t_ours, 2), torch_us=round(t_torch, 2),
-               speedup=round(t_torch / t_ours, 2), exact=ok, nbuf=nbuf)
+               speedup=round(t_torch / t_ours, 2), exact=ok, nbuf=nbuf, fallback_rows=fallback_rows)
     print(json.dumps(rec), flush=True)
     bufs = xs = outs = None  # free the buffers (the closures above are done)
     torch.cuda.empty_cache()
@@ -192,6 +204,9 @@ LARGE = [(r, L) for L in (40_000, 150_000, 1_000_000) for r in (4, 16, 64)]
 MID = [(f"{r}x{n} k{k}", r, n, k) for r, n in ((512, 1344), (4096, 4096), (512, 16384))
        for k in (129, 160, 224, 512)]
 
+# full 1M rows at k below 2048: the sample's 4096 draws put few samples above the
+# threshold there, so its fallback rate (and the cost of a fallback row) shows
+LONG = [(f"{r}x1M k{k}", r, 1 << 20, k) for r in (16, 64) for k in (129, 512)]
 
 def cells(schemes, cfg, *args, **kw):
     """One cell per scheme (torch.topk timed with the first only); FORCE_SCHEME restored."""
@@ -219,6 +234,8 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--warm", action="store_true", help="only compile the kernels the cells use")
     ap.add_argument("--fuzz", type=int, default=0, help="fuzz this many rows per dtype, then exit")
+    ap.add_argument("--config", default="",
+                    help="launch.CONFIG overrides for every cell, e.g. fallback_rows_div=1")
     ap.add_argument("--schemes", default="auto",
                     help="comma list of auto/lane/stream/radix/sample: time every cell under each")
     a = ap.parse_args(argv)
@@ -233,6 +250,9 @@ def main(argv=None):
     print("props:", launch.device_props(torch.empty(1, device=DEV)), flush=True)
     recs = []
     configs = [{}]
+    for kv in filter(None, a.config.split(",")):
+        key, val = kv.split("=")
+        configs[0][key] = int(val)
     if a.sweep:  # small cells: bigger stream tile; large cells: more programs per SM
         configs += [{"stream_tile": 8192}, {"radix_programs_per_sm": 8}]
     base = dict(launch.CONFIG)
@@ -249,6 +269,9 @@ def main(argv=None):
         if "mid" in a.cells:
             for name, rows, width, k in MID:
                 recs += cells(schemes, cfg, name, rows, width, k, "rank")
+        if "long" in a.cells:
+            for name, rows, width, k in LONG:
+                recs += cells(schemes, cfg, name, rows, width, k, "any")
         if "large" in a.cells:
             for rows, L in LARGE:
                 if cfg and set(cfg) <= {"stream_tile"}:

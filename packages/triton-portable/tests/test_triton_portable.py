@@ -310,13 +310,16 @@ def test_scheme_rule(monkeypatch, rows, width, k, want):
     assert launch.scheme_for(_call(torch.empty((rows, width), device="meta"), k)) == want
 
 
-def test_sample_paths_and_fallbacks(monkeypatch):
+@pytest.mark.parametrize("div", [1, 5])
+def test_sample_paths_and_fallbacks(monkeypatch, div):
     monkeypatch.setattr(launch, "FORCE_SCHEME", "")
     monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
-    # 5 rows of 3000 columns: take the sample scheme anyway
-    cfg = dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0, sample_min_cols=0)
+    # 5 rows of 3000 columns: take the sample scheme anyway; div 5: the fallback
+    # splits a flagged row as for 1 row (interpreter: 6 programs a row, not 4)
+    cfg = dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0, sample_min_cols=0,
+               fallback_rows_div=div)
     if INTERP:
-        cfg.update(radix_tile_interp=512, radix_min_chunk_interp=1024)
+        cfg.update(radix_tile_interp=512, radix_min_chunk_interp=512)
     monkeypatch.setattr(launch, "CONFIG", cfg)
     gen = torch.Generator().manual_seed(9)
     width = 3000

@@ -394,6 +394,9 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
     row = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
+    if USE_FLAG:  # the sample's fallback launch: an unflagged row's programs leave at once
+        if tl.load(flag_ptr + row) == 0:
+            return
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
     nj = tl.where(active != 0, nj, 0)
@@ -411,7 +414,9 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
             valid = valid & ((u >> sh) == (prefix >> sh))
         d = (u >> (24 - 8 * P)) & 255
         local += tl.histogram(d, 256, mask=valid)
-    tl.atomic_add(hist_ptr + row.to(tl.int64) * 1024 + P * 256 + tl.arange(0, 256), local)
+    # only the bins this program saw: past the first digit most are empty, and a row
+    # the fallback launch skips has none
+    tl.atomic_add(hist_ptr + row.to(tl.int64) * 1024 + P * 256 + tl.arange(0, 256), local, mask=local != 0)
 
 
 @_jit
@@ -422,6 +427,9 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     row = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
+    if USE_FLAG:  # the sample's fallback launch: an unflagged row's programs leave at once
+        if tl.load(flag_ptr + row) == 0:
+            return
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
     nj = tl.where(active != 0, nj, 0)
@@ -452,6 +460,9 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     row = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
+    if USE_FLAG:  # the sample's fallback launch: an unflagged row's programs leave at once
+        if tl.load(flag_ptr + row) == 0:
+            return
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
     nj = tl.where(active != 0, nj, 0)

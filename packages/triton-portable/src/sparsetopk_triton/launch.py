@@ -45,6 +45,11 @@ CONFIG = {
     # on the H200 in 6 of the 9 k=2048 cells (e.g. 16x1M 1017 -> 653 us, 64x1M 3445 -> 2917 us).
     "programs_per_sm": 2,
     "radix_programs_per_sm": 4,
+    # the sample scheme's radix fallback splits a row as if only rows / this many were
+    # flagged (unflagged rows' programs return at once). 1 = split for all rows: one
+    # flagged 1M row on 9 programs (64 rows) costs ~0.5-1 ms. 8 measured faster with
+    # fallback rows, slower without (before the early return; notes/triton-portable.md)
+    "fallback_rows_div": 1,
 }
 
 MAX_SPLIT = 512  # programs per row at most (the radix write kernel's SBLOCK)
@@ -491,7 +496,8 @@ def _topk_radix(call, indices, values, flags=None, vt_wv=None, reorder=True):
     dev = call.scores.device
     sms, warp = device_props(call.scores)
     BLOCK = _cfg("radix_tile")
-    nsplit = _split(rows, width, BLOCK, max(_cfg("radix_min_chunk"), BLOCK), sms,
+    split_rows = rows if flags is None else max(1, rows // CONFIG["fallback_rows_div"])
+    nsplit = _split(split_rows, width, BLOCK, max(_cfg("radix_min_chunk"), BLOCK), sms,
                     CONFIG["radix_programs_per_sm"])
     ntiles = triton.cdiv(max(width, 1), BLOCK)
     gargs, gkw = _geometry_args(call, indices)
