@@ -525,8 +525,8 @@ Plan plan_topk(TopkParams& p, int dev) {
                    (p.rows < 3 * sms || (k <= 160 && p.rows < 4 * sms) ||
                     (k > 160 && k < 208 && W < 1536 && p.rows < 6 * sms));
   const bool warp = k <= kWarpMaxK && opt.warp != 0 &&
-                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= d.sms && !mid &&
-                                       (W <= 16384 || p.rows >= 8 * d.sms)));
+                    (opt.warp == 1 || (opt.cluster != 1 && !split && p.rows >= sms && !mid &&
+                                       (W <= 16384 || p.rows >= 8 * sms)));
   if (warp) {
     p.res_cap = 0;
     // k at most half of the 32 warp_m lane maxima (5/8 at k = 129-160, 3/4

@@ -177,8 +177,9 @@ def cell(name, rows, width, k, order, length=None, stride=None, check=True, with
         else:
             ok = bool(torch.equal(torch.sort(got, dim=1).values, torch.sort(ref, dim=1).values))
     t_ours = time_graph([ours(i) for i in range(nbuf)])
+    scheme = launch.scheme_for(calls[0])
     fallback_rows = None
-    if launch.scheme_for(calls[0]) == "sample":  # rows the sample flagged for its radix fallback
+    if scheme == "sample":  # rows the sample flagged for its radix fallback
         keep, launch.KEEP_LANE_FLAGS = launch.KEEP_LANE_FLAGS, True
         fallback_rows = 0
         for i in range(nbuf):
@@ -189,7 +190,7 @@ def cell(name, rows, width, k, order, length=None, stride=None, check=True, with
     tviews = [b[:, :tw] for b in bufs]
     t_torch = time_graph([(lambda v=v: torch.topk(v, k, dim=1)) for v in tviews]) if with_torch else float("nan")
     rec = dict(cell=name, rows=rows, width=width, k=k, order=order, length=length, stride=stride,
-               scheme=launch.scheme_for(calls[0]), us=round(t_ours, 2), torch_us=round(t_torch, 2),
+               scheme=scheme, us=round(t_ours, 2), torch_us=round(t_torch, 2),
                speedup=round(t_torch / t_ours, 2), exact=ok, nbuf=nbuf, fallback_rows=fallback_rows)
     print(json.dumps(rec), flush=True)
     bufs = xs = outs = None  # free the buffers (the closures above are done)
@@ -207,6 +208,7 @@ MID = [(f"{r}x{n} k{k}", r, n, k) for r, n in ((512, 1344), (4096, 4096), (512, 
 # full 1M rows at k below 2048: the sample's 4096 draws put few samples above the
 # threshold there, so its fallback rate (and the cost of a fallback row) shows
 LONG = [(f"{r}x1M k{k}", r, 1 << 20, k) for r in (16, 64) for k in (129, 512)]
+
 
 def cells(schemes, cfg, *args, **kw):
     """One cell per scheme (torch.topk timed with the first only); FORCE_SCHEME restored."""

@@ -398,8 +398,6 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
         if tl.load(flag_ptr + row) == 0:
             return
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
-    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt = _radix_state(hist_ptr, row, kk, P)
@@ -431,8 +429,6 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
         if tl.load(flag_ptr + row) == 0:
             return
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
-    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt = _radix_state(hist_ptr, row, kk, 4)
@@ -464,8 +460,6 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
         if tl.load(flag_ptr + row) == 0:
             return
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
-    active = _row_active(row, nj, flag_ptr, USE_FLAG)  # fallback of the sample scheme: only the rows it flagged
-    nj = tl.where(active != 0, nj, 0)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
     prefix, rem, cnt_eq = _radix_state(hist_ptr, row, kk, 4)
@@ -503,7 +497,7 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
         gt_base += tl.sum(gt, 0)
         eq_base += tl.sum(eq, 0)
         done = tile + 1
-    if (sp == 0) & (active != 0):
+    if sp == 0:
         pcols = tl.arange(0, PBLOCK)
         for t in range(kk, k, PBLOCK):
             m = (t + pcols) < k
