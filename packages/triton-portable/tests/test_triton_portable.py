@@ -344,3 +344,25 @@ def test_sample_paths_and_fallbacks(monkeypatch, div):
           force_begin=1, force_end=4)
     check(x, 140, order="index", index_scale=2, index_offset=1, lengths=lens * 2, tie_break="high")
     check(x.to(torch.float16), 300, order="any")
+
+
+def test_sample_min_above(monkeypatch):
+    """Rows 256 x sample_size wide at k = 129: the plain estimate (~2.25 k + 64
+    columns above it) keeps only 2 samples above it, so the gathered count is
+    ~Gamma(2)-spread and some rows miss (fewer than k, or more than the candidate
+    slots) and take the radix fallback. sample_min_above = 16 keeps 17 samples
+    above it and the slots grow to match: no row falls back. Exact either way."""
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "sample")
+    monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
+    ss = launch._cfg("sample_size")
+    rows, width, k = 16, 256 * ss, 129
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(5)).to(DEV)
+    got = {}
+    for above in (0, 16):
+        monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, sample_min_above=above))
+        idx, _ = run_topk(x, k, order="index", return_values=False)
+        got[above] = int(launch.LAST_SAMPLE_FLAGS.sum())
+        ri, _ = oracle.topk(x.cpu(), k, order="index")
+        assert torch.equal(idx, ri), above
+    assert launch.sample_capacity(k, width, ss) == 8192
+    assert got[0] >= 2 and got[16] == 0, got

@@ -513,12 +513,13 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
 
 @_jit
 def _sample_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
-                   est_ptr, kk_ptr, k, capc,
+                   est_ptr, kk_ptr, k, capc, min_above,
                    HAS_STARTS, LEN_MODE, SS: tl.constexpr):
     """Threshold estimate per row from a strided sample of SS columns: the score
     of the sample's m-th best, m chosen so that ~2.25 k + 64 columns of the row are
-    expected at or above it. Rows with at most capc valid columns take all
-    (estimate INT32_MIN). Also stores kk = min(k, valid columns)."""
+    expected at or above it, and m >= min_above (with fewer samples above it the
+    gathered count is too uncertain: overflow or shortfall). Rows with at most capc
+    valid columns take all (estimate INT32_MIN). Also stores kk = min(k, valid columns)."""
     row = tl.program_id(0)
     s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     fe_thr = Lr - fe
@@ -532,6 +533,7 @@ def _sample_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     valid = valid & (i < ns)
     srt = tl.sort(tl.where(valid, sord, INT32_MIN), descending=True)
     target = (kk.to(tl.int64) * 9) // 4 + 64
+    target = tl.maximum(target, (min_above * nj64) // ns)
     m = tl.minimum((target * ns) // nj64, ns - 1).to(tl.int32)
     est = tl.sum(tl.where(i == m, srt, 0), 0)
     est = tl.where(nj <= capc, INT32_MIN, est)
