@@ -292,22 +292,28 @@ def test_lane_ties_few_columns(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows,width,k,want", [
-    (512, 1344, 160, "radix"),  # decode rows: the sample's fixed cost dominates
-    (4096, 4096, 224, "radix"),
-    (512, 16384, 512, "radix"),
-    (4, 1 << 20, 2048, "radix"),  # too few rows
-    (16, 40000, 2048, "radix"),  # too narrow
-    (32, 1 << 16, 2048, "radix"),  # 2M columns in all
-    (64, 1 << 16, 2048, "sample"),
-    (16, 1 << 20, 2048, "sample"),
-    (64, 1 << 20, 1024, "sample"),
-    (16, 1 << 20, 100, "stream"),
+@pytest.mark.parametrize("rows,width,k,want,kw", [
+    (512, 1344, 160, "radix", None),  # decode rows: the sample's fixed cost dominates
+    (4096, 4096, 224, "radix", None),
+    (512, 16384, 512, "radix", None),
+    (4, 1 << 20, 2048, "radix", None),  # too few rows
+    (16, 40000, 2048, "radix", None),  # too narrow
+    (32, 1 << 16, 2048, "radix", None),  # 2M columns in all
+    (64, 1 << 16, 2048, "sample", None),
+    (16, 1 << 20, 2048, "sample", None),
+    (64, 1 << 20, 1024, "sample", None),
+    (16, 1 << 20, 100, "stream", None),
+    (16, 1 << 20, 2048, "sample", dict(lengths=1 << 20)),
+    (16, 1 << 20, 2048, "radix", dict(lengths=40000)),  # int lengths bound the row
+    (64, 1 << 20, 2048, "radix", dict(lengths=2 * 40000, index_scale=2)),
+    (64, 1 << 20, 2048, "sample", dict(lengths=2 * 70000, index_scale=2)),
+    (64, 1 << 20, 2048, "sample", dict(lengths=torch.tensor([40000] * 64))),  # on the device
 ])
-def test_scheme_rule(monkeypatch, rows, width, k, want):
+def test_scheme_rule(monkeypatch, rows, width, k, want, kw):
     """scheme_for's thresholds (measured: see its comment); no kernel runs."""
     monkeypatch.setattr(launch, "FORCE_SCHEME", "")
-    assert launch.scheme_for(_call(torch.empty((rows, width), device="meta"), k)) == want
+    call = _call(torch.empty((rows, width), device="meta"), k, **(kw or {}))
+    assert launch.scheme_for(call) == want
 
 
 @pytest.mark.parametrize("div", [1, 5])

@@ -315,6 +315,14 @@ def kp_for(k: int) -> int:
     return triton.next_power_of_2(k)
 
 
+def _row_bound(call) -> int:
+    """Most valid columns a row can hold: the width, or fewer under one int length."""
+    if call.lengths is None or isinstance(call.lengths, torch.Tensor):
+        return call.width
+    t = max(int(call.lengths) - call.index_offset, 0)
+    return min(call.width, -(-t // call.index_scale))
+
+
 def scheme_for(call) -> str:
     if FORCE_SCHEME in ("stream", "radix"):
         return FORCE_SCHEME
@@ -330,10 +338,10 @@ def scheme_for(call) -> str:
     # --schemes, fp32 N(0, 1), sample vs radix): 16 x 1M k = 2048 272 vs 676 us,
     # 64 x 1M 566 vs 3003, 4 x 1M 205 vs 188, 4 x 40K 181 vs 45; decode rows at
     # k = 129-512 446 vs 87 (512 x 1344), 3305 vs 943 (4096 x 4096), 513 vs 392
-    # (512 x 16384). Lengths are on the device: `width` stands for the row.
-    if (call.width >= CONFIG["sample_min_ratio"] * call.k and call.rows >= CONFIG["sample_min_rows"]
-            and call.width >= CONFIG["sample_min_width"]
-            and call.rows * call.width >= CONFIG["sample_min_cols"]):
+    # (512 x 16384). Tensor lengths are on the device: then `width` stands for the row.
+    n = _row_bound(call)
+    if (n >= CONFIG["sample_min_ratio"] * call.k and call.rows >= CONFIG["sample_min_rows"]
+            and n >= CONFIG["sample_min_width"] and call.rows * n >= CONFIG["sample_min_cols"]):
         return "sample"
     return "radix"
 
