@@ -372,3 +372,30 @@ def test_sample_min_above(monkeypatch):
         assert torch.equal(idx, ri), above
     assert launch.sample_capacity(k, width, ss) == 8192
     assert got[0] >= 2 and got[16] == 0, got
+
+
+@pytest.mark.parametrize("geometry", ["lengths", "starts"])
+def test_sample_gate(monkeypatch, geometry):
+    """Device-side lengths / starts: scheme_for sees only the width, so the sample
+    kernel sums the valid columns and, below sample_min_cols, flags every row for
+    the radix fallback before its sort (the gather skips them). Exact either way."""
+    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
+    monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
+    rows, width, k = 8, 8192, 150
+    monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0,
+                                               sample_min_cols=40000))
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(3)).to(DEV)
+    for valid, gated in ((4096, True), (8192 - 2, False)):  # 32768 / 65520 valid in all
+        if geometry == "lengths":
+            kw = dict(lengths=torch.full((rows,), valid, device=DEV))
+        else:
+            kw = dict(starts=torch.full((rows,), width - valid, device=DEV, dtype=torch.int64))
+        assert launch.scheme_for(_call(x, k, **kw)) == "sample"
+        idx, _ = run_topk(x, k, order="index", return_values=False, **kw)
+        flags = launch.LAST_SAMPLE_FLAGS.cpu()
+        ri, _ = oracle.topk(x.cpu(), k, order="index", **{a: b.cpu() for a, b in kw.items()})
+        assert torch.equal(idx, ri), (geometry, valid)
+        if gated:
+            assert int(flags.sum()) == rows, flags
+        else:
+            assert int(flags.sum()) < rows // 2, flags

@@ -104,7 +104,7 @@ def _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off,
         s = _load_i64(starts_ptr, row)
         s = tl.minimum(tl.maximum(s, 0), w64)
     else:
-        s = w64 * 0
+        s = row.to(tl.int64) * 0  # the shape of row (a block of rows in the sample gate)
     W = w64 - s
     cap = W * scale
     if LEN_MODE == 0:
@@ -513,14 +513,30 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
 
 @_jit
 def _sample_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
-                   est_ptr, kk_ptr, k, capc, min_above,
-                   HAS_STARTS, LEN_MODE, SS: tl.constexpr):
+                   est_ptr, kk_ptr, k, capc, min_above, nrows, gate_cols,
+                   HAS_STARTS, LEN_MODE, SS: tl.constexpr, RB: tl.constexpr):
     """Threshold estimate per row from a strided sample of SS columns: the score
     of the sample's m-th best, m chosen so that ~2.25 k + 64 columns of the row are
     expected at or above it, and m >= min_above (with fewer samples above it the
     gathered count is too uncertain: overflow or shortfall). Rows with at most capc
-    valid columns take all (estimate INT32_MIN). Also stores kk = min(k, valid columns)."""
+    valid columns take all (estimate INT32_MIN). Also stores kk = min(k, valid columns).
+
+    gate_cols > 0 (lengths or starts on the device): a call with fewer valid columns
+    in all than gate_cols, where the sample's fixed cost does not pay, flags every row
+    for the radix fallback instead (estimate INT32_MAX: the gather skips the row;
+    kk = capc + 1: the host-side flag test takes it), before the sample's sort."""
     row = tl.program_id(0)
+    if gate_cols > 0:
+        tot = tl.zeros((RB,), dtype=tl.int64)
+        for r0 in range(0, nrows, RB):
+            rr = r0 + tl.arange(0, RB)
+            _s, _L, njv = _geom(tl.minimum(rr, nrows - 1), starts_ptr, lens_ptr, len_int, width, scale,
+                                off, HAS_STARTS, LEN_MODE)
+            tot += tl.where(rr < nrows, njv, 0).to(tl.int64)
+        if tl.sum(tot, 0) < gate_cols:
+            tl.store(est_ptr + row, INT32_MAX)
+            tl.store(kk_ptr + row, capc + 1)
+            return
     s, Lr, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     fe_thr = Lr - fe
     row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
@@ -558,6 +574,8 @@ def _gather_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale
     fe_thr = Lr - fe
     row_ptr = scores_ptr + row.to(tl.int64) * s_sr + s
     T = tl.load(est_ptr + row)
+    if T == INT32_MAX:  # the sample's gate sent every row to the radix fallback
+        return
     cols = tl.arange(0, BLOCK)
     cbase = row.to(tl.int64) * capc
     for t in range(sp * BLOCK, nj, nsp * BLOCK):

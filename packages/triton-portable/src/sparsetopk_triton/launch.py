@@ -33,6 +33,10 @@ CONFIG = {
     "sample_min_cols": 1 << 22,
     "sample_size": 4096,
     "sample_size_interp": 256,
+    # lengths / starts on the device and at most this many rows: the sample kernel sums
+    # the valid columns and sends every row to radix below sample_min_cols (scheme_for
+    # can only bound them by the width); larger calls skip the sum (rows^2 loads)
+    "sample_gate_max_rows": 1024,
     # the estimate keeps at least this many samples above it (its count's spread is
     # ~1 / sqrt of that): at k = 129-512 on 1M rows only 2-5 did, and 10-20 % of the rows
     # fell back to radix. Candidate slots grow to twice what it asks. 0: off.
@@ -476,8 +480,11 @@ def _topk_sample(call, indices, values):
     cnt = torch.zeros((rows,), dtype=torch.int32, device=dev)
     cidx = torch.full((rows, capc), -1, dtype=torch.int32, device=dev)
     cval = torch.empty((rows, capc), dtype=torch.float32, device=dev)
-    _launch(K._sample_kernel, (rows,), *gargs, est, kkt, k, capc, CONFIG["sample_min_above"], **gkw, SS=SS,
-            num_warps=_warps(SS, warp, hi=8))
+    # lengths or starts on the device: the kernel checks sample_min_cols on the valid columns
+    gate = (CONFIG["sample_min_cols"] if rows <= CONFIG["sample_gate_max_rows"] and (
+        isinstance(call.lengths, torch.Tensor) or call.starts is not None) else 0)
+    _launch(K._sample_kernel, (rows,), *gargs, est, kkt, k, capc, CONFIG["sample_min_above"], rows, gate,
+            **gkw, SS=SS, RB=256, num_warps=_warps(SS, warp, hi=8))
     _launch(K._gather_kernel, (rows, nsplit), *gargs, est, cnt, cidx, cval, capc, **gkw, BLOCK=BLOCK,
             num_warps=_warps(BLOCK, warp, hi=8))
     # exact whenever every key >= the estimate was gathered and there are >= kk of them
