@@ -342,7 +342,8 @@ def scheme_for(call) -> str:
     # --schemes, fp32 N(0, 1), sample vs radix): 16 x 1M k = 2048 272 vs 676 us,
     # 64 x 1M 566 vs 3003, 4 x 1M 205 vs 188, 4 x 40K 181 vs 45; decode rows at
     # k = 129-512 446 vs 87 (512 x 1344), 3305 vs 943 (4096 x 4096), 513 vs 392
-    # (512 x 16384). Tensor lengths are on the device: then `width` stands for the row.
+    # (512 x 16384). Tensor lengths are on the device: then `width` stands for the row
+    # here, and the sample kernel's gate checks sample_min_cols on the valid columns.
     n = _row_bound(call)
     if (n >= CONFIG["sample_min_ratio"] * call.k and call.rows >= CONFIG["sample_min_rows"]
             and n >= CONFIG["sample_min_width"] and call.rows * n >= CONFIG["sample_min_cols"]):
