@@ -379,13 +379,14 @@ def test_sample_gate(monkeypatch, geometry):
     """Device-side lengths / starts: scheme_for sees only the width, so the sample
     kernel sums the valid columns and, below sample_min_cols, flags every row for
     the radix fallback before its sort (the gather skips them). Exact either way."""
-    monkeypatch.setattr(launch, "FORCE_SCHEME", "")
     monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
     rows, width, k = 8, 8192, 150
     monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0,
                                                sample_min_cols=40000))
     x = torch.randn(rows, width, generator=torch.Generator().manual_seed(3)).to(DEV)
-    for valid, gated in ((4096, True), (8192 - 2, False)):  # 32768 / 65520 valid in all
+    # 32768 / 65520 valid in all; forced, the scheme skips the gate (its fast path is tested)
+    for valid, gated, force in ((4096, True, ""), (8192 - 2, False, ""), (4096, False, "sample")):
+        monkeypatch.setattr(launch, "FORCE_SCHEME", force)
         if geometry == "lengths":
             kw = dict(lengths=torch.full((rows,), valid, device=DEV))
         else:
@@ -394,7 +395,7 @@ def test_sample_gate(monkeypatch, geometry):
         idx, _ = run_topk(x, k, order="index", return_values=False, **kw)
         flags = launch.LAST_SAMPLE_FLAGS.cpu()
         ri, _ = oracle.topk(x.cpu(), k, order="index", **{a: b.cpu() for a, b in kw.items()})
-        assert torch.equal(idx, ri), (geometry, valid)
+        assert torch.equal(idx, ri), (geometry, valid, force)
         if gated:
             assert int(flags.sum()) == rows, flags
         else:

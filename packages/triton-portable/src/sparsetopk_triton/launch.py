@@ -481,9 +481,10 @@ def _topk_sample(call, indices, values):
     cnt = torch.zeros((rows,), dtype=torch.int32, device=dev)
     cidx = torch.full((rows, capc), -1, dtype=torch.int32, device=dev)
     cval = torch.empty((rows, capc), dtype=torch.float32, device=dev)
-    # lengths or starts on the device: the kernel checks sample_min_cols on the valid columns
-    gate = (CONFIG["sample_min_cols"] if rows <= CONFIG["sample_gate_max_rows"] and (
-        isinstance(call.lengths, torch.Tensor) or call.starts is not None) else 0)
+    # lengths or starts on the device: the kernel checks sample_min_cols on the valid
+    # columns (not when the scheme is forced: that mode is there to test the fast path)
+    gate = (CONFIG["sample_min_cols"] if rows <= CONFIG["sample_gate_max_rows"] and FORCE_SCHEME != "sample"
+            and (isinstance(call.lengths, torch.Tensor) or call.starts is not None) else 0)
     _launch(K._sample_kernel, (rows,), *gargs, est, kkt, k, capc, CONFIG["sample_min_above"], rows, gate,
             **gkw, SS=SS, RB=256, num_warps=_warps(SS, warp, hi=8))
     _launch(K._gather_kernel, (rows, nsplit), *gargs, est, cnt, cidx, cval, capc, **gkw, BLOCK=BLOCK,
