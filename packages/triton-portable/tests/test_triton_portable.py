@@ -383,19 +383,34 @@ def test_sample_gate(monkeypatch, geometry):
     rows, width, k = 8, 8192, 150
     monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0,
                                                sample_min_cols=40000))
-    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(3)).to(DEV)
-    # 32768 / 65520 valid in all; forced, the scheme skips the gate (its fast path is tested)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(rows, width, generator=gen)
+    # scattered NaN, -0.0 / +0.0, +-inf and exact ties in every row; row 1 a narrow band
+    # (thousands of scores one ulp apart around the threshold)
+    for v in (float("nan"), -0.0, 0.0, float("inf"), float("-inf"), 1.5):
+        x[torch.rand(rows, width, generator=gen) < 0.01] = v
+    x[1] = 1.0 + torch.randint(0, 4, (width,), generator=gen).float() * 2.0**-23
+    x = x.to(DEV)
+    # 28772 / 57430 valid in all (row 7: 100 valid columns, fewer than k: padding); the
+    # columns past each row's valid ones hold scores too. Forced, the scheme skips the
+    # gate (its fast path is tested)
     for valid, gated, force in ((4096, True, ""), (8192 - 2, False, ""), (4096, False, "sample")):
         monkeypatch.setattr(launch, "FORCE_SCHEME", force)
+        n = torch.full((rows,), valid, device=DEV)
+        n[7] = 100
         if geometry == "lengths":
-            kw = dict(lengths=torch.full((rows,), valid, device=DEV))
+            kw = dict(lengths=n)
         else:
-            kw = dict(starts=torch.full((rows,), width - valid, device=DEV, dtype=torch.int64))
+            kw = dict(starts=(width - n).to(torch.int64))
+        kw.update(force_begin=1, force_end=2)
         assert launch.scheme_for(_call(x, k, **kw)) == "sample"
-        idx, _ = run_topk(x, k, order="index", return_values=False, **kw)
+        idx, val = run_topk(x, k, order="index", **kw)
         flags = launch.LAST_SAMPLE_FLAGS.cpu()
-        ri, _ = oracle.topk(x.cpu(), k, order="index", **{a: b.cpu() for a, b in kw.items()})
+        ri, rv = oracle.topk(x.cpu(), k, order="index",
+                             **{a: (b.cpu() if isinstance(b, torch.Tensor) else b) for a, b in kw.items()})
         assert torch.equal(idx, ri), (geometry, valid, force)
+        assert torch.equal(val.view(torch.int32), rv.view(torch.int32)), (geometry, valid, force)
+        assert (idx[7, 100:] == -1).all() and torch.isneginf(val[7, 100:]).all()
         if gated:
             assert int(flags.sum()) == rows, flags
         else:
