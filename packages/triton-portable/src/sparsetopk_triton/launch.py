@@ -457,7 +457,7 @@ def _topk_stream(call, indices, values, flags=None, nsplit=None):
                 num_warps=_warps(2 * KP, warp))
 
 
-def sample_capacity(k: int, width: int = 0, ss: int = 1) -> int:
+def sample_capacity(k: int, width: int, ss: int) -> int:
     """Candidate slots per row of the sample scheme (a multiple of CH): 4 x next_pow2(k),
     and at least twice the columns that sample_min_above samples stand for."""
     above = 2 * CONFIG["sample_min_above"] * triton.cdiv(max(width, 1), ss)
