@@ -374,7 +374,7 @@ def test_sample_min_above(monkeypatch):
     assert got[0] >= 2 and got[16] == 0, got
 
 
-@pytest.mark.parametrize("geometry", ["lengths", "starts"])
+@pytest.mark.parametrize("geometry", ["lengths", "starts", "shard"])
 def test_sample_gate(monkeypatch, geometry):
     """Device-side lengths / starts: scheme_for sees only the width, so the sample
     kernel sums the valid columns and, below sample_min_cols, flags every row for
@@ -400,6 +400,8 @@ def test_sample_gate(monkeypatch, geometry):
         n[7] = 100
         if geometry == "lengths":
             kw = dict(lengths=n)
+        elif geometry == "shard":  # global indices 3 j + 1: the same valid columns, high ties
+            kw = dict(lengths=3 * n + 1, index_scale=3, index_offset=1, tie_break="high")
         else:
             kw = dict(starts=(width - n).to(torch.int64))
         kw.update(force_begin=1, force_end=2)
