@@ -7,13 +7,14 @@ a GPU key-sort oracle (torch.topk on the int64 canonical keys).
 
     python bench/bench_triton.py [--cells small,large,mid,long] [--sweep] [--json out.json]
     python bench/bench_triton.py --cells mid,large --schemes auto,radix,sample,stream
-    python bench/bench_triton.py --cells large,long --config fallback_rows_div=1
+    python bench/bench_triton.py --cells large,long --config fallback_miss_div=1 --seed 1
 
 --schemes times each cell once per scheme (launch.FORCE_SCHEME; "auto" = scheme_for's
 pick), torch.topk once a cell: the data behind scheme_for's thresholds. Sample-scheme
 cells also report `fallback_rows`: rows its estimate missed over the cell's buffers
 (each pays the radix fallback, so the time depends on the draw). --config: launch.CONFIG
-overrides (integers) for every cell.
+overrides (integers) for every cell. --seed: each cell's draws come from it and the cell's
+name, so two configs of one seed see the same scores (and the same misses).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+import zlib
 
 import torch
 
@@ -143,8 +145,12 @@ def time_graph(fn_list, reps=15):
 WARM_ONLY = False
 
 
+SEED = 0
+
+
 def cell(name, rows, width, k, order, length=None, stride=None, check=True, with_torch=True):
     dev = DEV
+    torch.manual_seed(SEED * 1_000_003 + zlib.crc32(f"{name} {order}".encode()))
     stride = stride or width
     if WARM_ONLY:  # compile the variants this cell uses, no timing
         x = torch.randn(rows, stride, device=dev)[:, :width]
@@ -237,15 +243,16 @@ def main(argv=None):
     ap.add_argument("--warm", action="store_true", help="only compile the kernels the cells use")
     ap.add_argument("--fuzz", type=int, default=0, help="fuzz this many rows per dtype, then exit")
     ap.add_argument("--config", default="",
-                    help="launch.CONFIG overrides for every cell, e.g. fallback_rows_div=1")
+                    help="launch.CONFIG overrides for every cell, e.g. fallback_miss_div=1")
+    ap.add_argument("--seed", type=int, default=0, help="draws: this and each cell's name")
     ap.add_argument("--schemes", default="auto",
                     help="comma list of auto/lane/stream/radix/sample: time every cell under each")
     a = ap.parse_args(argv)
     schemes = a.schemes.split(",")
     if a.fuzz:
         return 1 if fuzz(a.fuzz) else 0
-    global WARM_ONLY
-    WARM_ONLY = a.warm
+    global WARM_ONLY, SEED
+    WARM_ONLY, SEED = a.warm, a.seed
     if DEV == "cuda":
         print("device:", torch.cuda.get_device_name(), "triton", __import__("triton").__version__,
               "torch", torch.__version__, flush=True)

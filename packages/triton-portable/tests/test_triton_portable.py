@@ -321,9 +321,9 @@ def test_sample_paths_and_fallbacks(monkeypatch, div):
     monkeypatch.setattr(launch, "FORCE_SCHEME", "")
     monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
     # 5 rows of 3000 columns: take the sample scheme anyway; div 5: the fallback
-    # splits a flagged row as for 1 row (interpreter: 6 programs a row, not 4)
+    # splits a row the estimate missed as for 1 row (interpreter: 6 programs a row, not 4)
     cfg = dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0, sample_min_cols=0,
-               fallback_rows_div=div)
+               fallback_miss_div=div)
     if INTERP:
         cfg.update(radix_tile_interp=512, radix_min_chunk_interp=512)
     monkeypatch.setattr(launch, "CONFIG", cfg)
@@ -381,8 +381,10 @@ def test_sample_gate(monkeypatch, geometry):
     the radix fallback before its sort (the gather skips them). Exact either way."""
     monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
     rows, width, k = 8, 8192, 150
-    monkeypatch.setattr(launch, "CONFIG", dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0,
-                                               sample_min_cols=40000))
+    cfg = dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0, sample_min_cols=40000)
+    if INTERP:  # rows split in the fallback: gated rows over 2 programs of the launch's 16
+        cfg.update(radix_tile_interp=512, radix_min_chunk_interp=512)
+    monkeypatch.setattr(launch, "CONFIG", cfg)
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(rows, width, generator=gen)
     # scattered NaN, -0.0 / +0.0, +-inf and exact ties in every row; row 1 a narrow band

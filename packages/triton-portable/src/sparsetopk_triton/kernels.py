@@ -384,10 +384,23 @@ def _radix_state(hist_ptr, row, kk, P):
     return prefix, rem, cnt
 
 
+@triton.jit
+def _fallback_share(row, sp, nsp, cnt_ptr, kk_ptr, capc, nsp_gated):
+    """The sample scheme's radix fallback launch, program (row, sp) of nsp: how many
+    programs share the row, or 0 when this one has nothing to do. A row the sample
+    served (kk..capc candidates gathered) takes none. The sample's gate flags every
+    row of its call (kk > capc): those split over nsp_gated, sized for all rows. A
+    row its estimate missed (rare) splits over all nsp, sized for a few rows."""
+    c = tl.load(cnt_ptr + row)
+    kk = tl.load(kk_ptr + row)
+    n = tl.where(kk > capc, nsp_gated, nsp)
+    return tl.where(((c < kk) | (c > capc)) & (sp < n), n, 0)
+
+
 @_jit
 def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                        hist_ptr, k,
-                       flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, P,
+                       flag_ptr, kk_ptr, capc, nsp_gated, USE_FLAG, HAS_STARTS, LEN_MODE, P,
                        BLOCK: tl.constexpr):
     # program (row, sp) of nsp owns the row tiles sp, sp + nsp, ... (so the work
     # spreads over all programs whatever the row's device-side length is)
@@ -395,8 +408,10 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     if USE_FLAG:  # the sample's fallback launch: an unflagged row's programs leave at once
-        if tl.load(flag_ptr + row) == 0:
+        share = _fallback_share(row, sp, nsp, flag_ptr, kk_ptr, capc, nsp_gated)
+        if share == 0:
             return
+        nsp = share
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
@@ -420,14 +435,16 @@ def _radix_hist_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, s
 @_jit
 def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, k, ntiles,
-                        flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
+                        flag_ptr, kk_ptr, capc, nsp_gated, USE_FLAG, HAS_STARTS, LEN_MODE, BLOCK: tl.constexpr):
     """Per tile: how many columns are above T and equal to T (for the prefix counts)."""
     row = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     if USE_FLAG:  # the sample's fallback launch: an unflagged row's programs leave at once
-        if tl.load(flag_ptr + row) == 0:
+        share = _fallback_share(row, sp, nsp, flag_ptr, kk_ptr, capc, nsp_gated)
+        if share == 0:
             return
+        nsp = share
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)
@@ -448,7 +465,7 @@ def _radix_count_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
 @_jit
 def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, scale, off, fb, fe,
                         hist_ptr, cnt_ptr, idx_ptr, s_oi, val_ptr, s_ov, k, ntiles,
-                        flag_ptr, USE_FLAG, HAS_STARTS, LEN_MODE, TIE_LOW,
+                        flag_ptr, kk_ptr, capc, nsp_gated, USE_FLAG, HAS_STARTS, LEN_MODE, TIE_LOW,
                         WRITE_VALS, BLOCK: tl.constexpr, SBLOCK: tl.constexpr,
                         PBLOCK: tl.constexpr):
     """Compaction in index order: every column above T, and the ties at T that the
@@ -457,8 +474,10 @@ def _radix_write_kernel(scores_ptr, s_sr, starts_ptr, lens_ptr, len_int, width, 
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
     if USE_FLAG:  # the sample's fallback launch: an unflagged row's programs leave at once
-        if tl.load(flag_ptr + row) == 0:
+        share = _fallback_share(row, sp, nsp, flag_ptr, kk_ptr, capc, nsp_gated)
+        if share == 0:
             return
+        nsp = share
     s, L, nj = _geom(row, starts_ptr, lens_ptr, len_int, width, scale, off, HAS_STARTS, LEN_MODE)
     fe_thr = L - fe
     kk = tl.minimum(nj, k)

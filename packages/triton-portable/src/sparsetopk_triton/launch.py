@@ -53,11 +53,12 @@ CONFIG = {
     # on the H200 in 6 of the 9 k=2048 cells (e.g. 16x1M 1017 -> 653 us, 64x1M 3445 -> 2917 us).
     "programs_per_sm": 2,
     "radix_programs_per_sm": 4,
-    # the sample scheme's radix fallback splits a row as if only rows / this many were
-    # flagged (unflagged rows' programs return at once). 1 = split for all rows: one
-    # flagged 1M row on 9 programs (64 rows) costs ~0.5-1 ms. 8 measured faster with
-    # fallback rows, slower without (before the early return; notes/triton-portable.md)
-    "fallback_rows_div": 1,
+    # the sample scheme's radix fallback splits a row its estimate missed as if only
+    # rows / this many were flagged (misses are rare; unflagged rows' programs return
+    # at once). Rows its gate flagged (all rows of the call) keep the split for all
+    # rows. 1 = every flagged row split for all rows: one missed 1M row on 9 programs
+    # (64 rows) cost ~0.5 ms (notes/triton-portable.md)
+    "fallback_miss_div": 8,
 }
 
 MAX_SPLIT = 512  # programs per row at most (the radix write kernel's SBLOCK)
@@ -489,8 +490,9 @@ def _topk_sample(call, indices, values):
             **gkw, SS=SS, RB=256, num_warps=_warps(SS, warp, hi=8))
     _launch(K._gather_kernel, (rows, nsplit), *gargs, est, cnt, cidx, cval, capc, **gkw, BLOCK=BLOCK,
             num_warps=_warps(BLOCK, warp, hi=8))
-    # exact whenever every key >= the estimate was gathered and there are >= kk of them
-    flags = ((cnt < kkt) | (cnt > capc)).to(torch.int32)
+    # exact whenever every key >= the estimate was gathered and there are >= kk of them;
+    # the fallback's programs test that themselves (kernels._fallback_share)
+    fallback = (cnt, kkt, capc)
     if values is not None:
         vt, write_vals = values, 1
     elif call.order != "any":
@@ -505,23 +507,28 @@ def _topk_sample(call, indices, values):
     _launch(K._rank_scatter_kernel, (rows, nch), scr, nch, indices, indices.stride(0), vt, vt.stride(0), k,
             TIE_LOW=tie_low, MODE=0, WRITE_VALS=write_vals, CH=CH, LOG_CH=LOG_CH, PB=256, num_warps=nw)
     # flagged rows: the radix scheme (index order), a no-op program for the others
-    _topk_radix(call, indices, values, flags=flags, vt_wv=(vt, write_vals), reorder=False)
+    _topk_radix(call, indices, values, fallback=fallback, vt_wv=(vt, write_vals), reorder=False)
     if call.order == "rank":  # re-rank the fallback rows (idempotent on the others)
         _rank_order(indices, vt, k, tie_low, warp, values is not None)
     elif call.order == "index":
         _rank_order(indices, vt, k, tie_low, warp, values is not None, mode=1)
-    if KEEP_LANE_FLAGS:
-        LAST_SAMPLE_FLAGS = flags
+    if KEEP_LANE_FLAGS:  # test and bench hook (a host sync): the rows that fell back
+        LAST_SAMPLE_FLAGS = ((cnt < kkt) | (cnt > capc)).to(torch.int32)
 
 
-def _topk_radix(call, indices, values, flags=None, vt_wv=None, reorder=True):
+def _topk_radix(call, indices, values, fallback=None, vt_wv=None, reorder=True):
     rows, width, k = call.rows, call.width, call.k
     dev = call.scores.device
     sms, warp = device_props(call.scores)
     BLOCK = _cfg("radix_tile")
-    split_rows = rows if flags is None else max(1, rows // CONFIG["fallback_rows_div"])
-    nsplit = _split(split_rows, width, BLOCK, max(_cfg("radix_min_chunk"), BLOCK), sms,
-                    CONFIG["radix_programs_per_sm"])
+
+    def split(n):
+        return _split(n, width, BLOCK, max(_cfg("radix_min_chunk"), BLOCK), sms, CONFIG["radix_programs_per_sm"])
+
+    nsplit = split(rows)
+    nsplit_all = nsplit
+    if fallback is not None:  # (the sample's counts, its kk, its capacity): see _fallback_share
+        nsplit = max(nsplit, split(max(1, rows // CONFIG["fallback_miss_div"])))
     ntiles = triton.cdiv(max(width, 1), BLOCK)
     gargs, gkw = _geometry_args(call, indices)
     tie_low = int(call.tie_break == "low")
@@ -538,7 +545,10 @@ def _topk_radix(call, indices, values, flags=None, vt_wv=None, reorder=True):
     cnt = torch.empty((rows, ntiles, 2), dtype=torch.int32, device=dev)
     grid = (rows, nsplit)
     nw = _warps(BLOCK, warp, hi=8)
-    fl = (flags if flags is not None else hist, int(flags is not None))
+    if fallback is not None:
+        fl = (fallback[0], fallback[1], fallback[2], nsplit_all, 1)
+    else:
+        fl = (hist, hist, 0, nsplit, 0)
     for p in range(4):
         _launch(K._radix_hist_kernel, grid, *gargs, hist, k, *fl, **gkw, P=p, BLOCK=BLOCK, num_warps=nw)
     _launch(K._radix_count_kernel, grid, *gargs, hist, cnt, k, ntiles, *fl, **gkw, BLOCK=BLOCK,
