@@ -3,10 +3,11 @@
 # cells (radix beside the automatic pick) under the defaults and with one of the
 # sample's knobs turned back, on the same draws (--seed):
 #   fallback_miss_div=1       rows the estimate missed split as for all rows (as before)
+#   sample_sort_by_count=0    the candidate sort and rank over every capacity slot
 #   sample_gate_max_rows=0    no device-side gate on valid columns
 #   sample_min_above=0        the estimate's old target (few samples above it at k <= 512)
 # Run from the repository root: OUT=<dir> bash ci/gpu/triton_sample_ab.sh (AB_QUICK=1:
-# the tests and fallback_miss_div only, ~2 min on an H100). Per-run JSON under $OUT.
+# the tests, fallback_miss_div and sample_sort_by_count only, ~2 min). Per-run JSON under $OUT.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/.gpu/triton-ab}; mkdir -p "$OUT"
@@ -28,6 +29,7 @@ ab 150 large,long "" 0 auto,radix
 ab 120 large,long fallback_miss_div=1 0
 ab 120 large,long "" 1
 ab 120 large,long fallback_miss_div=1 1
-[ "${AB_QUICK:-0}" = 1 ] && exit 0  # a short device budget: the tests and the miss split only
+ab 120 large,long sample_sort_by_count=0 0
+[ "${AB_QUICK:-0}" = 1 ] && exit 0  # a short device budget
 ab 90 large sample_gate_max_rows=0 0
 ab 70 long sample_min_above=0 0

@@ -627,15 +627,21 @@ def _count_gt(chunk_ptr, x, CH: tl.constexpr, LOG_CH: tl.constexpr):
 
 
 @_jit
-def _sort_chunks_kernel(src_idx, s_si, src_val, s_sv, n, dst_ptr, nch,
+def _sort_chunks_kernel(src_idx, s_si, src_val, s_sv, n, dst_ptr, nch, count_ptr, USE_COUNT,
                         TIE_LOW, MODE, CH: tl.constexpr):
     """Chunk c of a row's n (index, float32 value) pairs -> CH int64 keys sorted
     descending into dst[row, c*CH:(c+1)*CH]; entries with index < 0 (or past n)
     become INT64_MIN. MODE 0: rank keys. MODE 1: index-order keys
     ((INT32_MAX - g) << 32 | sord). MODE 2: NOT of the merge's dedupe key
-    (g << 32 | ~ordered(value)), so descending = ascending g, best value first."""
+    (g << 32 | ~ordered(value)), so descending = ascending g, best value first.
+    USE_COUNT: the row holds min(count[row], n) pairs (the sample's gathered
+    candidates); chunks past them are left unwritten (_rank_scatter_kernel, told the
+    same count, reads none of them)."""
     row = tl.program_id(0)
     c = tl.program_id(1)
+    if USE_COUNT:
+        if c * CH >= tl.minimum(tl.load(count_ptr + row), n):
+            return
     i = tl.arange(0, CH)
     j = c * CH + i
     m = j < n
@@ -686,25 +692,30 @@ def _merge_dedupe_kernel(src_ptr, dst_ptr, nch, TIE_LOW,
 
 
 @_jit
-def _rank_scatter_kernel(src_ptr, nch, idx_ptr, s_oi, val_ptr, s_ov, k,
+def _rank_scatter_kernel(src_ptr, nch, idx_ptr, s_oi, val_ptr, s_ov, k, count_ptr, USE_COUNT,
                          TIE_LOW, MODE, WRITE_VALS,
                          CH: tl.constexpr, LOG_CH: tl.constexpr, PB: tl.constexpr):
     """Global rank of every key of a row's descending-sorted chunks (its position in
     its chunk plus, per other chunk, a binary-search count of larger keys); keys
     of rank < k are written to that slot (MODE 0: rank keys, MODE 1: index-order
-    keys), slots [valid keys, k) get -1 / -inf."""
+    keys), slots [valid keys, k) get -1 / -inf. USE_COUNT: only the chunks that
+    hold the row's min(count[row], nch CH) keys are read (see _sort_chunks_kernel)."""
     row = tl.program_id(0)
     c = tl.program_id(1)
     i = tl.arange(0, CH)
     base = src_ptr + row.to(tl.int64) * nch * CH
-    x = tl.load(base + c * CH + i)
+    nb = c * 0 + nch  # chunks that hold keys
+    if USE_COUNT:
+        nb = (tl.minimum(tl.load(count_ptr + row), nch * CH) + (CH - 1)) // CH
+    x = tl.load(base + c * CH + i, mask=(i * 0 + c) < nb, other=INT64_MIN)
     valid = x != INT64_MIN
     rank = i
     nvalid = tl.sum(valid.to(tl.int32), 0) * 0
-    for b in range(0, nch):
+    for b in range(0, nb):
+        nvalid += tl.sum((tl.load(base + b * CH + i) != INT64_MIN).to(tl.int32), 0)
+    for b in range(0, tl.where(c < nb, nb, 0)):  # a chunk past them has no key to rank
         cnt = _count_gt(base + b * CH, x, CH, LOG_CH)
         rank += tl.where(b == c, 0, cnt)
-        nvalid += tl.sum((tl.load(base + b * CH + i) != INT64_MIN).to(tl.int32), 0)
     if MODE == 0:
         lo = x & LOW32
         if TIE_LOW:

@@ -59,6 +59,9 @@ CONFIG = {
     # rows. 1 = every flagged row split for all rows: one missed 1M row on 9 programs
     # (64 rows) cost ~0.5 ms (notes/triton-portable.md)
     "fallback_miss_div": 8,
+    # the sample's candidate sort and rank read only the chunks its gather filled (0: all
+    # capacity slots, as before)
+    "sample_sort_by_count": 1,
 }
 
 MAX_SPLIT = 512  # programs per row at most (the radix write kernel's SBLOCK)
@@ -502,10 +505,13 @@ def _topk_sample(call, indices, values):
     nch = capc // CH
     scr = torch.empty((rows, capc), dtype=torch.int64, device=dev)
     nw = _warps(CH, warp)
-    _launch(K._sort_chunks_kernel, (rows, nch), cidx, capc, cval, capc, capc, scr, nch,
+    # only the chunks that hold gathered candidates (none on rows the gate flagged)
+    by_count = CONFIG["sample_sort_by_count"]
+    _launch(K._sort_chunks_kernel, (rows, nch), cidx, capc, cval, capc, capc, scr, nch, cnt, by_count,
             TIE_LOW=tie_low, MODE=0, CH=CH, num_warps=nw)
     _launch(K._rank_scatter_kernel, (rows, nch), scr, nch, indices, indices.stride(0), vt, vt.stride(0), k,
-            TIE_LOW=tie_low, MODE=0, WRITE_VALS=write_vals, CH=CH, LOG_CH=LOG_CH, PB=256, num_warps=nw)
+            cnt, by_count, TIE_LOW=tie_low, MODE=0, WRITE_VALS=write_vals, CH=CH, LOG_CH=LOG_CH, PB=256,
+            num_warps=nw)
     # flagged rows: the radix scheme (index order), a no-op program for the others
     _topk_radix(call, indices, values, fallback=fallback, vt_wv=(vt, write_vals), reorder=False)
     if call.order == "rank":  # re-rank the fallback rows (idempotent on the others)
@@ -573,9 +579,9 @@ def _rank_order(idx, val, k, tie_low, warp, write_vals, mode=0):
     nch = triton.cdiv(k, CH)
     scr = torch.empty((rows, nch * CH), dtype=torch.int64, device=idx.device)
     nw = _warps(CH, warp)
-    _launch(K._sort_chunks_kernel, (rows, nch), idx, idx.stride(0), val, val.stride(0), k, scr, nch,
+    _launch(K._sort_chunks_kernel, (rows, nch), idx, idx.stride(0), val, val.stride(0), k, scr, nch, idx, 0,
             TIE_LOW=tie_low, MODE=mode, CH=CH, num_warps=nw)
-    _launch(K._rank_scatter_kernel, (rows, nch), scr, nch, idx, idx.stride(0), val, val.stride(0), k,
+    _launch(K._rank_scatter_kernel, (rows, nch), scr, nch, idx, idx.stride(0), val, val.stride(0), k, idx, 0,
             TIE_LOW=tie_low, MODE=mode, WRITE_VALS=int(write_vals), CH=CH, LOG_CH=LOG_CH, PB=256,
             num_warps=nw)
 
@@ -628,7 +634,7 @@ def merge(call, indices: torch.Tensor, values: torch.Tensor):
         s2 = torch.empty_like(s1)
         nw = _warps(CH, warp)
         _launch(K._sort_chunks_kernel, (rows, nch), in_idx, in_idx.stride(0), in_val, in_val.stride(0), n, s1,
-                nch, TIE_LOW=tie_low, MODE=2, CH=CH, num_warps=nw)
+                nch, in_idx, 0, TIE_LOW=tie_low, MODE=2, CH=CH, num_warps=nw)
         _launch(K._merge_dedupe_kernel, (rows, nch), s1, s2, nch, TIE_LOW=tie_low, CH=CH, LOG_CH=LOG_CH,
                 num_warps=nw)
         if call.order == "index":
@@ -636,16 +642,16 @@ def merge(call, indices: torch.Tensor, values: torch.Tensor):
             ov = torch.empty((rows, k), dtype=torch.float32, device=dev)
         else:
             oi, ov = indices, vt
-        _launch(K._rank_scatter_kernel, (rows, nch), s2, nch, oi, oi.stride(0), ov, ov.stride(0), k,
+        _launch(K._rank_scatter_kernel, (rows, nch), s2, nch, oi, oi.stride(0), ov, ov.stride(0), k, oi, 0,
                 TIE_LOW=tie_low, MODE=0, WRITE_VALS=int(write_vals or call.order == "index"), CH=CH,
                 LOG_CH=LOG_CH, PB=256, num_warps=nw)
         if call.order == "index":
             nch2 = triton.cdiv(k, CH)
             s3 = torch.empty((rows, nch2 * CH), dtype=torch.int64, device=dev)
             _launch(K._sort_chunks_kernel, (rows, nch2), oi, oi.stride(0), ov, ov.stride(0), k, s3, nch2,
-                    TIE_LOW=tie_low, MODE=1, CH=CH, num_warps=nw)
+                    oi, 0, TIE_LOW=tie_low, MODE=1, CH=CH, num_warps=nw)
             _launch(K._rank_scatter_kernel, (rows, nch2), s3, nch2, indices, indices.stride(0), vt, vt.stride(0),
-                    k, TIE_LOW=tie_low, MODE=1, WRITE_VALS=int(write_vals), CH=CH, LOG_CH=LOG_CH, PB=256,
+                    k, indices, 0, TIE_LOW=tie_low, MODE=1, WRITE_VALS=int(write_vals), CH=CH, LOG_CH=LOG_CH, PB=256,
                     num_warps=nw)
     if DRYRUN:
         _reference().merge(call, indices, values)
