@@ -143,9 +143,7 @@ def time_graph(fn_list, reps=15):
 
 
 WARM_ONLY = False
-
-
-SEED = 0
+SEED = 0  # --seed
 
 
 def cell(name, rows, width, k, order, length=None, stride=None, check=True, with_torch=True):

@@ -419,3 +419,46 @@ def test_sample_gate(monkeypatch, geometry):
             assert int(flags.sum()) == rows, flags
         else:
             assert int(flags.sum()) < rows // 2, flags
+
+
+@pytest.mark.parametrize("mode", ["served", "gated"])
+@pytest.mark.parametrize("order", ["rank", "index", "any"])
+def test_sample_options(monkeypatch, mode, order):
+    """test_options' geometry through the sample scheme (k > smallk_max): lengths from
+    negative to past the buffer, starts before and past the row, a row stride past the
+    width, shard views, forced columns, both tie rules, on tie-heavy rows with NaN, +-0,
+    +-inf and a one-ulp band. "served": the scheme forced, so rows take the sample's
+    fast path (or its missed-row fallback); "gated": device lengths under
+    sample_min_cols, so the gate sends every row to the radix fallback."""
+    force = "sample" if mode == "served" else ""
+    monkeypatch.setattr(launch, "FORCE_SCHEME", force)
+    rows, width, k = 6, (600 if INTERP else 20000), launch.CONFIG["smallk_max"] + 22
+    # the host rule takes the sample (rows x width columns); the valid ones are fewer
+    cfg = dict(launch.CONFIG, sample_min_rows=1, sample_min_width=0, sample_min_ratio=1,
+               sample_min_cols=rows * width)
+    if INTERP:  # fallback rows split: gated ones over 3 programs, missed ones over 5
+        cfg.update(radix_tile_interp=128, radix_min_chunk_interp=128)
+    monkeypatch.setattr(launch, "CONFIG", cfg)
+    monkeypatch.setattr(launch, "KEEP_LANE_FLAGS", True)
+    gen = torch.Generator().manual_seed(11)
+    buf = torch.randint(-3, 4, (rows, width + 50), generator=gen).float()
+    r = torch.rand(rows, width + 50, generator=gen)
+    buf[r < 0.05] = float("nan")
+    buf[(r >= 0.05) & (r < 0.08)] = float("inf")
+    buf[(r >= 0.08) & (r < 0.11)] = float("-inf")
+    buf[(r >= 0.11) & (r < 0.2)] = -0.0
+    buf[2] = 1.0 + torch.randint(0, 4, (width + 50,), generator=gen).float() * 2.0**-23
+    x = buf.to(DEV)[:, :width]  # row stride > width; the columns past it hold scores too
+    lens = torch.tensor([0, 5, width // 3, width, width * 5, -4], dtype=torch.int64, device=DEV)
+    starts = torch.tensor([0, 3, width // 2, width, width + 9, -2], dtype=torch.int32, device=DEV)
+    calls = [dict(lengths=lens), dict(lengths=lens.to(torch.int32), starts=starts, tie_break="high"),
+             dict(lengths=lens, starts=starts, force_begin=3, force_end=2),
+             dict(index_scale=3, index_offset=2, lengths=lens * 3, starts=starts, force_begin=4,
+                  force_end=5, tie_break="high")]
+    if mode == "served":  # host-side geometry (the gate needs device lengths or starts)
+        calls += [dict(), dict(lengths=width // 2 + 1, tie_break="high")]
+    for kw in calls:
+        assert launch.scheme_for(_call(x, k, **kw)) == "sample", kw
+        check(x, k, order=order, **kw)
+        if mode == "gated":
+            assert int(launch.LAST_SAMPLE_FLAGS.sum()) == rows, kw
