@@ -560,18 +560,22 @@ __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, cons
     cl.sync();  // every block's bin keys and count are in every block
   }
   cluster_clock(stamps, 6);
-  // (a warp per key, its lanes counting strided slices, measured no faster:
-  // 2193 vs 2156 cycles at 4 x 40K, 6479 vs 3012 at 4 x 150K)
+  // Two threads a key (adjacent lanes, each counting half of the E keys):
+  // the count is a serial loop over E <= 256 keys, and the kernel runs 512
+  // threads. (A warp a key, its lanes counting strided slices, measured
+  // slower: 6479 vs 3012 cycles at 4 x 150K.)
   const int t = int(threadIdx.x);
-  int r = sel.E;  // t's key's rank among the bin's keys
-  if (t < sel.E) {
-    const uint64_t x = fin[t];
-    r = 0;
+  const int ki = t >> 1, h = t & 1;
+  int r = 0;  // ki's key's rank among the bin's keys (h == 0), or a part of it
+  const uint64_t x = ki < sel.E ? fin[ki] : 0ull;
+  if (ki < sel.E) {
 #pragma unroll 8
-    for (int j = 0; j < sel.E; ++j) r += fin[j] > x;
-    if (r == sel.kk - 1) *tk = x;
+    for (int j = h; j < sel.E; j += 2) r += fin[j] > x;
   }
-  int off = block_sum(t < sel.below && r < sel.kk, s);  // the lower ranks' bin keys >= Tk (a barrier: *tk is set)
+  r += __shfl_xor_sync(0xffffffffu, r, 1);
+  const bool own = ki < sel.E && h == 0;
+  if (own && r == sel.kk - 1) *tk = x;
+  int off = block_sum(own && ki < sel.below && r < sel.kk, s);  // the lower ranks' bin keys >= Tk (a barrier: *tk is set)
   const uint64_t Tk = *tk;
   int keff = sel.kk;
   for (int i = 0; i < C; ++i) {
