@@ -594,7 +594,7 @@ Plan plan_topk(TopkParams& p, int dev) {
       p.res_cap = std::min<int64_t>(region / 4 / 8 * 8, 65528);  // resident columns per block
       p.cand_cap = int(std::min<int64_t>(region / 8, 65535));    // candidates per block
       plan.cluster = C;
-      plan.block = 512;
+      plan.block = kClusterThreads;
       plan.smem = int(cluster_fixed_smem(p.out_cap, C) + region);
       return plan;
     }

@@ -56,6 +56,8 @@ struct ClusterLayout {
 // 8 C KB at 11).
 constexpr int kCBits = 8;
 constexpr int kCBins = 1 << kCBits;
+// The cluster kernel's threads a block (the plan launches it with no other).
+constexpr int kClusterThreads = 512;
 // keys of outbuf past out_cap: the rank-order runs' gaps (<= C + 1, cluster_write)
 constexpr int kRunSlack = 32;
 
@@ -495,6 +497,7 @@ __device__ void cluster_output(const cg::cluster_group& cl, const Src& src, uint
 // Bin keys cluster_finish can take: its buffer is half of recv (C x kCBins
 // words), and each thread ranks one key by counting.
 __host__ __device__ __forceinline__ int cluster_fin_cap(int C) { return min(256, C * kCBins / 2); }
+static_assert(2 * 256 <= kClusterThreads, "cluster_finish ranks each of its <= 256 bin keys with two threads");
 
 // Ends a select that stopped with the k-th key's bin small (sel.E <=
 // cluster_fin_cap): one exchange instead of the remaining passes plus
@@ -561,9 +564,10 @@ __device__ void cluster_finish(const cg::cluster_group& cl, const Src& src, cons
   }
   cluster_clock(stamps, 6);
   // Two threads a key (adjacent lanes, each counting half of the E keys):
-  // the count is a serial loop over E <= 256 keys, and the kernel runs 512
-  // threads. (A warp a key, its lanes counting strided slices, measured
-  // slower: 6479 vs 3012 cycles at 4 x 150K.)
+  // the count is a serial loop over E <= 256 keys, and the kernel runs
+  // kClusterThreads >= 2 x 256. (A warp a key, its lanes counting strided
+  // slices, measured slower than one thread a key: 6479 vs 3012 cycles at
+  // 4 x 150K.)
   const int t = int(threadIdx.x);
   const int ki = t >> 1, h = t & 1;
   int r = 0;  // ki's key's rank among the bin's keys (h == 0), or a part of it
@@ -1074,7 +1078,7 @@ __device__ int gather_wide(const GlobalSrc<T>& src, uint64_t thr, BlockScratch& 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(512) topk_cluster_kernel(TopkParams p) {
+__global__ void __launch_bounds__(kClusterThreads) topk_cluster_kernel(TopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ BlockScratch s;
   __shared__ int xslot[2][16];  // cluster_exchange slots: output counts, gather counts
